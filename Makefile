@@ -1,0 +1,45 @@
+# Every target builds the virtual environment on first use, so a fresh clone
+# needs nothing but Python 3.11 and this file.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help venv migrate run demo test lint bench bench-quick clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $(STAMP)
+
+venv: $(STAMP)  ## create .venv and install the pinned packages
+
+migrate: $(STAMP)  ## apply the alembic (domain) and Django (auth/session) migrations
+	$(PY) manage.py migrate_all
+
+run: $(STAMP)  ## start web, worker and beat on embedded defaults (SQLite, no broker server)
+	$(PY) -m workers.embedded run
+
+demo: $(STAMP)  ## run one whole erasure headless and print the certificate
+	$(PY) -m workers.embedded demo
+
+test: $(STAMP)  ## run the test suite (needs PostgreSQL and Redis on 127.0.0.1)
+	$(PY) -m pytest
+
+lint: $(STAMP)  ## ruff, import contracts and strict types on domain and unlearning
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy deletion/domain unlearning
+
+bench: $(STAMP)  ## full benchmarks (about 45 min on 2 cores) -> docs/benchmarks.md
+	$(PY) -m bench run --full
+
+bench-quick: $(STAMP)  ## a few-minute benchmark smoke run -> docs/benchmarks.md
+	$(PY) -m bench run --quick
+
+clean:  ## remove the virtual environment and local state under var/
+	rm -rf $(VENV) var/
