@@ -1,0 +1,46 @@
+"""Serialised appends to a hash chain (the audit trail, the certificates).
+
+Every appender first locks the chain's row in ``chain_heads``: ``SELECT ... FOR UPDATE``
+on PostgreSQL, and on SQLite the write lock that ``BEGIN IMMEDIATE`` already holds.
+Two writers therefore can never read the same tip and fork the chain; the second one
+waits until the first commits and then sees the new tip.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from deletion.domain.canonical import GENESIS_HASH
+from deletion.domain.models import ChainHead
+
+AUDIT_CHAIN = "audit"
+CERTIFICATE_CHAIN = "certificates"
+
+
+def chain_head_lock(session: Session, *, name: str) -> ChainHead:
+    """The chain's tip, locked until the caller's transaction ends (created at genesis)."""
+    dialect = session.get_bind().dialect.name
+    values = {"name": name, "seq": 0, "hash": GENESIS_HASH}
+    if dialect in ("postgresql", "sqlite"):
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        session.execute(
+            insert(ChainHead).values(**values).on_conflict_do_nothing(index_elements=["name"])
+        )
+    elif session.get(ChainHead, name) is None:
+        session.add(ChainHead(**values))
+        session.flush()
+    return session.execute(
+        select(ChainHead).where(ChainHead.name == name).with_for_update()
+        .execution_options(populate_existing=True)
+    ).scalar_one()
+
+
+def chain_head_advance(session: Session, head: ChainHead, *, seq: int, hash_hex: str) -> None:
+    """Move the locked tip to the row just appended (``seq`` must be ``head.seq + 1``)."""
+    if seq != head.seq + 1:
+        raise ValueError(f"chain {head.name}: expected seq {head.seq + 1}, got {seq}")
+    head.seq = seq
+    head.hash = hash_hex
+    session.flush()

@@ -1,0 +1,399 @@
+"""Erasure requests: submission, four-eyes review, extension, and their selectors.
+
+Every change goes through the request transition table and appends an audit event in
+the caller's transaction.  Personal data is encrypted before it reaches a row and is
+never written to audit details or logs: those carry the reference and the subject's
+blind-index HMAC only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from deletion.domain import crypto, deadlines
+from deletion.domain.audit import audit_append
+from deletion.domain.canonical import canonical_time
+from deletion.domain.errors import NotFound, PermissionDenied, ValidationError
+from deletion.domain.gdpr import DENIAL_REASONS, GROUNDS, PRIORITIES
+from deletion.domain.models import ErasureRequest, Model, ReferenceCounter, SubjectIndex, utcnow
+from deletion.domain.states import OPEN_REQUEST_STATUSES, RequestStatus, check_request_transition
+
+logger = logging.getLogger(__name__)
+
+OBJECT_TYPE = "erasure_request"
+SUBJECT_CONTEXT = "erasure_requests.subject"
+# A clock a little ahead on the officer's side must not reject a request received now.
+CLOCK_SKEW = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class SubjectIdentifiers:
+    """The decrypted identifiers of one request; for the worker's set building only."""
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    emails: tuple[str, ...] = ()
+    phones: tuple[str, ...] = ()
+    notes: str = field(default="", repr=False)
+
+    def __repr__(self) -> str:  # never let identifiers reach a log line by accident
+        return "SubjectIdentifiers(<redacted>)"
+
+
+# --------------------------------------------------------------------------- writes
+
+
+def request_submit(
+    session: Session,
+    *,
+    actor: str,
+    name: str,
+    aliases: Sequence[str] = (),
+    emails: Sequence[str] = (),
+    phones: Sequence[str] = (),
+    ground: str,
+    received_at: datetime,
+    model_name: str,
+    priority: str = "batch",
+    notes: str = "",
+    now: datetime | None = None,
+) -> ErasureRequest:
+    now = now or utcnow()
+    name = " ".join(name.split())
+    if not name:
+        raise ValidationError("name", "the data subject's name is required")
+    if ground not in GROUNDS:
+        raise ValidationError("ground", f"unknown Art. 17(1) ground; one of {sorted(GROUNDS)}")
+    if priority not in PRIORITIES:
+        raise ValidationError("priority", f"one of {list(PRIORITIES)}")
+    if received_at.tzinfo is None:
+        raise ValidationError("received_at", "needs a time zone")
+    if received_at > now + CLOCK_SKEW:
+        raise ValidationError("received_at", "lies in the future")
+    model = session.execute(select(Model).where(Model.name == model_name)).scalar_one_or_none()
+    if model is None:
+        raise ValidationError("model_name", "no such registered model")
+
+    keys = crypto.keyring()
+    identifiers = SubjectIdentifiers(
+        name=name,
+        aliases=_clean(aliases),
+        emails=_clean(emails),
+        phones=_clean(phones),
+        notes=notes.strip(),
+    )
+    ciphertext, key_id = keys.encrypt_json(_as_json(identifiers), context=SUBJECT_CONTEXT)
+    subject_hmac = keys.blind_index("name", name)
+    earlier = request_find_earlier(
+        session, name=name, aliases=identifiers.aliases, emails=identifiers.emails,
+        phones=identifiers.phones,
+    )
+    request = ErasureRequest(
+        reference=_next_reference(session, year=now.year),
+        subject_ciphertext=ciphertext,
+        subject_key_id=key_id,
+        subject_hmac=subject_hmac,
+        blind_key_id=keys.blind_key_id,
+        ground=ground,
+        received_at=received_at,
+        due_at=deadlines.due_at(received_at),
+        model_id=model.id,
+        priority=priority,
+        status=RequestStatus.SUBMITTED,
+        submitted_by=actor,
+    )
+    session.add(request)
+    session.flush()
+    session.add_all(
+        SubjectIndex(request_id=request.id, kind=kind, hmac=digest, key_id=keys.blind_key_id)
+        for kind, digest in _index_entries(keys, identifiers)
+    )
+    audit_append(
+        session, actor=actor, action="request.submitted", object_type=OBJECT_TYPE,
+        object_ref=request.reference,
+        details={
+            "ground": ground, "priority": priority, "model": model.name,
+            "received_at": canonical_time(received_at), "due_at": canonical_time(request.due_at),
+            "subject_hmac": subject_hmac, "blind_key_id": keys.blind_key_id,
+            "earlier_requests": [r.reference for r in earlier],
+        },
+    )
+    return request
+
+
+def request_approve(
+    session: Session, *, actor: str, reference: str, now: datetime | None = None
+) -> ErasureRequest:
+    request = _decide(session, actor=actor, reference=reference, target=RequestStatus.APPROVED)
+    request.decided_at = now or utcnow()
+    audit_append(
+        session, actor=actor, action="request.approved", object_type=OBJECT_TYPE,
+        object_ref=reference, details={"priority": request.priority},
+    )
+    return request
+
+
+def request_deny(
+    session: Session,
+    *,
+    actor: str,
+    reference: str,
+    reason_code: str,
+    note: str = "",
+    now: datetime | None = None,
+) -> ErasureRequest:
+    if reason_code not in DENIAL_REASONS:
+        raise ValidationError("reason_code", f"one of {sorted(DENIAL_REASONS)}")
+    request = _decide(session, actor=actor, reference=reference, target=RequestStatus.DENIED)
+    request.reason_code = reason_code
+    request.decision_note = note.strip() or None
+    request.decided_at = now or utcnow()
+    audit_append(
+        session, actor=actor, action="request.denied", object_type=OBJECT_TYPE,
+        object_ref=reference, details={"reason_code": reason_code},
+    )
+    return request
+
+
+def request_cancel(
+    session: Session, *, actor: str, reference: str, reason: str = ""
+) -> ErasureRequest:
+    request = request_transition(
+        session, actor=actor, reference=reference, target=RequestStatus.CANCELED,
+        action="request.canceled",
+    )
+    request.decision_note = reason.strip() or request.decision_note
+    return request
+
+
+def request_extend(
+    session: Session,
+    *,
+    actor: str,
+    reference: str,
+    months: int,
+    reason: str,
+    now: datetime | None = None,
+) -> ErasureRequest:
+    """Art. 12(3): extend once, by one or two months, while inside the first month."""
+    now = now or utcnow()
+    if months not in range(1, deadlines.MAX_EXTENSION_MONTHS + 1):
+        raise ValidationError("months", "an extension is one or two further months")
+    if not reason.strip():
+        raise ValidationError("reason", "Art. 12(3) requires the reasons for the delay")
+    request = request_get(session, reference=reference, for_update=True)
+    if request.status not in OPEN_REQUEST_STATUSES:
+        raise ValidationError("reference", f"a {request.status} request cannot be extended")
+    if request.extension_months is not None:
+        raise ValidationError("months", "the deadline has already been extended once")
+    if now >= request.due_at:
+        raise ValidationError("months", "the first month has ended: too late to extend")
+    request.extension_months = months
+    request.extension_reason = reason.strip()
+    request.extended_at = now
+    request.due_at = deadlines.extended_due_at(request.received_at, months)
+    audit_append(
+        session, actor=actor, action="request.extended", object_type=OBJECT_TYPE,
+        object_ref=reference,
+        details={"months": months, "due_at": canonical_time(request.due_at)},
+    )
+    return request
+
+
+def request_transition(
+    session: Session,
+    *,
+    actor: str,
+    reference: str,
+    target: RequestStatus,
+    action: str,
+    details: dict[str, Any] | None = None,
+) -> ErasureRequest:
+    """Move a request along its state machine (raising, unchanged, if the table forbids)."""
+    request = request_get(session, reference=reference, for_update=True)
+    previous = request.status
+    request.status = check_request_transition(previous, target)
+    if target is RequestStatus.COMPLETED:
+        request.completed_at = utcnow()
+    session.flush()
+    audit_append(
+        session, actor=actor, action=action, object_type=OBJECT_TYPE, object_ref=reference,
+        details={"from": previous, "to": str(target), **(details or {})},
+    )
+    return request
+
+
+def request_purge_identifiers(
+    session: Session, *, actor: str, retention_days: int, now: datetime | None = None
+) -> list[str]:
+    """Drop the encrypted identifiers of requests closed more than ``retention_days`` ago.
+
+    The blind-index HMACs stay (they are not reversible) so a repeated request is still
+    recognised; the audit trail and certificates never held plaintext in the first place.
+    """
+    cutoff = (now or utcnow()) - timedelta(days=retention_days)
+    closed = (RequestStatus.COMPLETED, RequestStatus.DENIED, RequestStatus.CANCELED)
+    rows = session.execute(
+        select(ErasureRequest).where(
+            ErasureRequest.status.in_([s.value for s in closed]),
+            ErasureRequest.subject_ciphertext.is_not(None),
+            ErasureRequest.updated_at < cutoff,
+        )
+    ).scalars().all()
+    for request in rows:
+        request.subject_ciphertext = None
+        request.decision_note = None
+        request.purged_at = now or utcnow()
+        audit_append(
+            session, actor=actor, action="request.identifiers_purged", object_type=OBJECT_TYPE,
+            object_ref=request.reference, details={"retention_days": retention_days},
+        )
+    return [r.reference for r in rows]
+
+
+# ------------------------------------------------------------------------ selectors
+
+
+def request_get(session: Session, *, reference: str, for_update: bool = False) -> ErasureRequest:
+    query = select(ErasureRequest).where(ErasureRequest.reference == reference)
+    if for_update:
+        query = query.with_for_update()
+    request = session.execute(query).scalar_one_or_none()
+    if request is None:
+        raise NotFound(f"no erasure request {reference}")
+    return request
+
+
+def request_list(
+    session: Session,
+    *,
+    status: str | Iterable[str] | None = None,
+    model_id: int | None = None,
+    priority: str | None = None,
+    due_before: datetime | None = None,
+    limit: int | None = None,
+) -> list[ErasureRequest]:
+    """Requests, earliest deadline first (the order the statutory clock demands)."""
+    query = select(ErasureRequest).order_by(ErasureRequest.due_at, ErasureRequest.id)
+    if status is not None:
+        statuses = [status] if isinstance(status, str) else list(status)
+        query = query.where(ErasureRequest.status.in_(statuses))
+    if model_id is not None:
+        query = query.where(ErasureRequest.model_id == model_id)
+    if priority is not None:
+        query = query.where(ErasureRequest.priority == priority)
+    if due_before is not None:
+        query = query.where(ErasureRequest.due_at < due_before)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(session.execute(query).scalars())
+
+
+def request_find_earlier(
+    session: Session,
+    *,
+    name: str | None = None,
+    aliases: Sequence[str] = (),
+    emails: Sequence[str] = (),
+    phones: Sequence[str] = (),
+    exclude_reference: str | None = None,
+) -> list[ErasureRequest]:
+    """Requests sharing any identifier with these, found by blind index only."""
+    keys = crypto.keyring()
+    wanted = SubjectIdentifiers(name=name or "", aliases=tuple(aliases), emails=tuple(emails),
+                                phones=tuple(phones))
+    digests = {digest for _, digest in _index_entries(keys, wanted)}
+    if not digests:
+        return []
+    query = (
+        select(ErasureRequest)
+        .join(SubjectIndex, SubjectIndex.request_id == ErasureRequest.id)
+        .where(SubjectIndex.hmac.in_(digests))
+        .distinct()
+        .order_by(ErasureRequest.id)
+    )
+    if exclude_reference is not None:
+        query = query.where(ErasureRequest.reference != exclude_reference)
+    return list(session.execute(query).scalars())
+
+
+def subject_identifiers(session: Session, reference: str) -> SubjectIdentifiers:
+    """Decrypt a request's identifiers (worker only: set building needs the name)."""
+    request = request_get(session, reference=reference)
+    if request.subject_ciphertext is None:
+        raise NotFound(f"{reference}: identifiers were purged after the retention period")
+    data = crypto.keyring().decrypt_json(
+        request.subject_ciphertext, key_id_=request.subject_key_id, context=SUBJECT_CONTEXT
+    )
+    return SubjectIdentifiers(
+        name=data["name"], aliases=tuple(data["aliases"]), emails=tuple(data["emails"]),
+        phones=tuple(data["phones"]), notes=data.get("notes", ""),
+    )
+
+
+# -------------------------------------------------------------------------- helpers
+
+def _decide(
+    session: Session, *, actor: str, reference: str, target: RequestStatus
+) -> ErasureRequest:
+    request = request_get(session, reference=reference, for_update=True)
+    # Four-eyes: the officer who filed the request may never be the one who decides it.
+    if actor.casefold() == request.submitted_by.casefold():
+        raise PermissionDenied("four-eyes: the submitter of a request cannot review it")
+    request.status = check_request_transition(request.status, target)
+    request.reviewed_by = actor
+    session.flush()
+    return request
+
+
+def _next_reference(session: Session, *, year: int) -> str:
+    """ER-YYYY-NNNNN from a per-year counter bumped atomically (upsert ... returning)."""
+    prefix = f"ER-{year}"
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = (
+        insert(ReferenceCounter)
+        .values(prefix=prefix, last=1)
+        .on_conflict_do_update(
+            index_elements=["prefix"], set_={"last": ReferenceCounter.last + 1}
+        )
+        .returning(ReferenceCounter.last)
+    )
+    number = session.execute(statement).scalar_one()
+    return f"{prefix}-{number:05d}"
+
+
+def _clean(values: Sequence[str]) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for value in values:
+        text = " ".join(str(value).split())
+        if text:
+            seen.setdefault(text, None)
+    return tuple(seen)
+
+
+def _as_json(identifiers: SubjectIdentifiers) -> dict[str, Any]:
+    return {
+        "name": identifiers.name, "aliases": list(identifiers.aliases),
+        "emails": list(identifiers.emails), "phones": list(identifiers.phones),
+        "notes": identifiers.notes,
+    }
+
+
+def _index_entries(
+    keys: crypto.Keyring, identifiers: SubjectIdentifiers
+) -> list[tuple[str, str]]:
+    # Names and aliases share one HMAC space so that an alias matches a name elsewhere.
+    entries = [("name", keys.blind_index("name", identifiers.name))] if identifiers.name else []
+    entries += [("alias", keys.blind_index("name", a)) for a in identifiers.aliases]
+    entries += [("email", keys.blind_index("email", e)) for e in identifiers.emails]
+    entries += [("phone", keys.blind_index("phone", p)) for p in identifiers.phones]
+    return list(dict.fromkeys(entries))

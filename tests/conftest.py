@@ -1,0 +1,120 @@
+"""Root fixtures shared by every test folder: fresh, migrated databases.
+
+Each test session gets its own uniquely named PostgreSQL database (dropped at the end),
+upgraded with the real alembic migrations, so tests run against the schema production
+runs.  PostgreSQL being down is a failure, never a skip: CI runs with it.
+
+Other conftests may call ``fresh_database_url()`` / ``drop_database(url)`` directly,
+e.g. to give a worker process a database of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from deletion.domain.db import make_engine
+from deletion.domain.migrate import upgrade
+
+# The server tests create their databases on; override with TEST_POSTGRES_URL.
+POSTGRES_SERVER_URL = os.environ.get(
+    "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def _admin_connection() -> psycopg.Connection[tuple[object, ...]]:
+    url = make_url(POSTGRES_SERVER_URL)
+    try:
+        return psycopg.connect(
+            host=url.host, port=url.port or 5432, user=url.username, password=url.password,
+            dbname=url.database or "postgres", autocommit=True, connect_timeout=5,
+        )
+    except psycopg.OperationalError as exc:
+        raise RuntimeError(
+            f"PostgreSQL is not reachable at {url.host}:{url.port} ({exc}); the tests need it "
+            "(start it as .ci/run does)"
+        ) from exc
+
+
+def fresh_database_url(prefix: str = "erasure_test", *, migrate: bool = True) -> str:
+    """Create a new, uniquely named PostgreSQL database (migrated to head) and return its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with _admin_connection() as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(POSTGRES_SERVER_URL).set(database=name).render_as_string(hide_password=False)
+    if migrate:
+        upgrade(url)
+    return url
+
+
+def drop_database(url: str) -> None:
+    name = make_url(url).database
+    with _admin_connection() as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def fresh_sqlite_url(directory: Path, *, migrate: bool = True) -> str:
+    url = f"sqlite:///{directory / f'erasure-{uuid.uuid4().hex[:8]}.sqlite3'}"
+    if migrate:
+        upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, migrated to head."""
+    url = fresh_database_url()
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def db_engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def session(db_engine: Engine) -> Iterator[Session]:
+    """A session whose whole transaction is rolled back after the test.
+
+    Code under test may commit: with ``create_savepoint`` its commits only release
+    savepoints inside the outer transaction, which the fixture then rolls back.
+    """
+    connection = db_engine.connect()
+    outer = connection.begin()
+    db = Session(bind=connection, join_transaction_mode="create_savepoint",
+                 expire_on_commit=False)
+    try:
+        yield db
+    finally:
+        db.close()
+        outer.rollback()
+        connection.close()
+
+
+@pytest.fixture
+def sqlite_database_url(tmp_path: Path) -> str:
+    """A fresh SQLite file database, migrated to head (the embedded default backend)."""
+    return fresh_sqlite_url(tmp_path)
+
+
+@pytest.fixture
+def sqlite_session(sqlite_database_url: str) -> Iterator[Session]:
+    engine = make_engine(sqlite_database_url)
+    db = Session(engine, expire_on_commit=False)
+    try:
+        yield db
+    finally:
+        db.rollback()
+        db.close()
+        engine.dispose()
