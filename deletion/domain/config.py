@@ -51,6 +51,10 @@ class Config:
     encryption_old_keys: tuple[bytes, ...]
     blind_index_key: bytes
     signing_key_file: Path
+    # True when SIGNING_KEY_FILE was not set: the signer (the worker) may then
+    # generate the embedded-default key on first use.  Other processes never
+    # create or read the private key.
+    signing_key_embedded: bool
     signing_keyring_dir: Path
     django_secret_key: str
     debug: bool
@@ -213,9 +217,8 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         if part.strip()
     )
     signing_key_file = env_path(env, "SIGNING_KEY_FILE", keys_dir / "signing-ed25519.pem")
-    if not env.get("SIGNING_KEY_FILE", "").strip():
-        ensure_signing_key(signing_key_file)
-    elif not signing_key_file.is_file():
+    signing_key_embedded = not env.get("SIGNING_KEY_FILE", "").strip()
+    if not signing_key_embedded and not signing_key_file.is_file():
         raise ConfigError("SIGNING_KEY_FILE", f"no such file: {signing_key_file}")
 
     django_secret = env_secret(env, "DJANGO_SECRET_KEY") or _generated_secret(
@@ -241,6 +244,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         encryption_old_keys=old_keys,
         blind_index_key=_key(env, "BLIND_INDEX_KEY", keys_dir, "blind-index.key"),
         signing_key_file=signing_key_file,
+        signing_key_embedded=signing_key_embedded,
         signing_keyring_dir=env_path(env, "SIGNING_KEYRING_DIR", keys_dir / "keyring"),
         django_secret_key=django_secret,
         debug=debug,

@@ -180,8 +180,18 @@ def signer_load(
 
 
 def signer_from_config(cfg: Config) -> Signer:
-    """For the certifying worker only: the one process that may hold the private key."""
-    return signer_load(key_file=cfg.signing_key_file, keyring_dir=cfg.signing_keyring_dir)
+    """For the certifying worker only: the one process that may hold the private key.
+
+    The embedded default key is generated here on first use (never by ``config.load``),
+    so a web process never creates or reads a private key.  A configured
+    ``SIGNING_KEY_FILE`` that is missing stays an error: a new key must not appear
+    silently in production.
+    """
+    return signer_load(
+        key_file=cfg.signing_key_file,
+        keyring_dir=cfg.signing_keyring_dir,
+        generate=cfg.signing_key_embedded,
+    )
 
 
 def keyring_from_config(cfg: Config) -> KeyRing:

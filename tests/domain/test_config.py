@@ -19,9 +19,12 @@ def test_it_defaults_to_the_embedded_setup_and_generates_keys_once(tmp_path: Pat
     assert cfg.celery_broker_url.startswith("sqla+sqlite:///")
     assert cfg.checkpoint_dir == tmp_path / "checkpoints"
     assert len(cfg.encryption_key) == 32 and cfg.encryption_key != cfg.blind_index_key
-    for name in ("encryption.key", "blind-index.key", "django-secret", "signing-ed25519.pem"):
+    for name in ("encryption.key", "blind-index.key", "django-secret"):
         mode = (tmp_path / "keys" / name).stat().st_mode
         assert stat.S_IMODE(mode) == 0o600, name
+    # Only the signer creates the private key, on first use (signing.signer_from_config).
+    assert cfg.signing_key_embedded
+    assert not (tmp_path / "keys" / "signing-ed25519.pem").exists()
     again = load({"VAR_DIR": str(tmp_path)})
     assert again.encryption_key == cfg.encryption_key
     assert again.django_secret_key == cfg.django_secret_key
@@ -78,8 +81,26 @@ def test_env_example_documents_every_setting_and_loads(tmp_path: Path) -> None:
     text = (REPO_ROOT / ".env.example").read_text()
     example = dict(re.findall(r"^([A-Z_]+)=(.*)$", text, flags=re.MULTILINE))
     documented = set(example) | set(re.findall(r"^# ([A-Z_]+)_FILE=", text, flags=re.MULTILINE))
+    derived = {"signing_key_embedded"}  # follows from SIGNING_KEY_FILE being unset
     for field in dataclasses.fields(Config):
-        assert field.name.upper() in documented, field.name
+        if field.name not in derived:
+            assert field.name.upper() in documented, field.name
     cfg = load({**example, "VAR_DIR": str(tmp_path)})
     # Relative SQLite paths are anchored at the repository root, not the working directory.
     assert cfg.database_url == f"sqlite:///{REPO_ROOT / 'var' / 'erasure.sqlite3'}"
+
+
+def test_only_the_signer_generates_the_embedded_signing_key(tmp_path: Path) -> None:
+    from deletion.domain.signing import keyring_from_config, signer_from_config
+
+    cfg = load({"VAR_DIR": str(tmp_path)})
+    signer = signer_from_config(cfg)
+    key_file = tmp_path / "keys" / "signing-ed25519.pem"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert signer.key_id in keyring_from_config(cfg)
+
+
+def test_a_configured_signing_key_file_that_is_missing_stops_start_up(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load({"VAR_DIR": str(tmp_path), "SIGNING_KEY_FILE": str(tmp_path / "absent.pem")})
+    assert caught.value.variable == "SIGNING_KEY_FILE"
