@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv migrate run demo test lint bench bench-quick clean
+.PHONY: help venv migrate run demo test chromium lint bench bench-quick clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -27,8 +27,15 @@ run: $(STAMP)  ## start web, worker and beat on embedded defaults (SQLite, no br
 demo: $(STAMP)  ## run one whole erasure headless and print the certificate
 	$(PY) -m workers.embedded demo
 
-test: $(STAMP)  ## run the test suite (needs PostgreSQL and Redis on 127.0.0.1)
+test: $(STAMP) chromium  ## run the test suite (needs PostgreSQL and Redis on 127.0.0.1)
 	$(PY) -m pytest
+
+# The browser test drives Debian's Chromium through playwright (never a playwright
+# browser download).  Installed once, as root, from Debian's packages.
+chromium:
+	@test -x /usr/bin/chromium || { \
+	  echo "installing Debian's chromium for the browser test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 lint: $(STAMP)  ## ruff, import contracts and strict types on domain and unlearning
 	$(VENV)/bin/ruff check .

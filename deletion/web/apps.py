@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class WebConfig(AppConfig):
+    name = "deletion.web"
+    label = "web"
+    verbose_name = "Erasure service web"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,108 @@
+"""Geometry for the inline SVG charts.  Python computes coordinates; the templates draw
+them, so every label goes through Django's auto-escaping."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from deletion.domain.models import Checkpoint, VerificationResult
+
+# (label, metric before erasure, metric after, the control level: people never trained on)
+CHART_GROUPS = (
+    ("Surface leakage", "leakage.base_forget", "leakage.forget", "leakage.control"),
+    ("Leakage after 8-bit quantisation", "leakage.base_forget", "attack.quant_leakage", "leakage.control"),
+    ("Facts recovered by relearning", None, "attack.relearn_recovery", None),
+    ("Residual latent knowledge", None, "latent.residual_ratio", None),
+)
+BAR_LEFT, BAR_WIDTH, ROW_HEIGHT = 220, 380, 46
+
+
+def metric_values(results: Sequence[VerificationResult]) -> dict[str, float]:
+    """Every metric value known for a round: the check rows, plus the full metric map
+    a worker may keep in a row's details."""
+    values: dict[str, float] = {}
+    for row in results:
+        extra = (row.details or {}).get("metrics") if isinstance(row.details, dict) else None
+        if isinstance(extra, dict):
+            for key, value in extra.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    values.setdefault(str(key), float(value))
+    for row in results:
+        if row.value is not None:
+            values[row.metric] = float(row.value)
+    return values
+
+
+def verification_chart(results: Sequence[VerificationResult]) -> dict[str, Any] | None:
+    values = metric_values(results)
+    rows: list[dict[str, Any]] = []
+    for label, before_key, after_key, control_key in CHART_GROUPS:
+        after = values.get(after_key)
+        if after is None:
+            continue
+        before = values.get(before_key) if before_key else None
+        control = values.get(control_key) if control_key else None
+        y = 10 + len(rows) * ROW_HEIGHT
+        row: dict[str, Any] = {"label": label, "y": y, "label_y": y + 17,
+                               "after": after, "after_w": _width(after), "after_y": y + 18}
+        if before is not None:
+            row.update(before=before, before_w=_width(before))
+        if control is not None:
+            row.update(control=control, control_x=BAR_LEFT + _width(control))
+        rows.append(row)
+    if not rows:
+        return None
+    height = 10 + len(rows) * ROW_HEIGHT + 24
+    ticks = [{"x": BAR_LEFT + BAR_WIDTH * t / 4, "label": f"{t * 25}%"} for t in range(5)]
+    return {"rows": rows, "height": height, "axis_y": height - 22, "ticks": ticks,
+            "left": BAR_LEFT, "width": BAR_LEFT + BAR_WIDTH + 70}
+
+
+def _width(value: float) -> float:
+    return round(BAR_WIDTH * min(max(value, 0.0), 1.0), 1)
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    checkpoint: Checkpoint
+    x: int
+    y: int
+    serving: bool
+
+
+NODE_GAP_Y, NODE_GAP_X, NODE_W, NODE_H = 78, 250, 200, 50
+
+
+def lineage_graph(checkpoints: Sequence[Checkpoint], serving_id: int | None) -> dict[str, Any]:
+    """Versions top to bottom; the serving line in the first column, checkpoints that
+    branched off it (rejected candidates, re-based jobs) in the next ones."""
+    by_id = {c.id: c for c in checkpoints}
+    main_line: set[int] = set()
+    cursor = by_id.get(serving_id) if serving_id is not None else None
+    while cursor is not None:
+        main_line.add(cursor.id)
+        cursor = by_id.get(cursor.parent_id) if cursor.parent_id is not None else None
+    if not main_line and checkpoints:
+        main_line.add(checkpoints[0].id)
+    columns: dict[int, int] = {}
+    next_column = 1
+    nodes: list[LineageNode] = []
+    for row, checkpoint in enumerate(sorted(checkpoints, key=lambda c: c.version)):
+        if checkpoint.id in main_line:
+            column = 0
+        else:
+            column = columns.setdefault(checkpoint.parent_id or 0, next_column)
+            if column == next_column:
+                next_column = min(next_column + 1, 3)
+        nodes.append(LineageNode(checkpoint, 20 + column * NODE_GAP_X, 20 + row * NODE_GAP_Y,
+                                 checkpoint.id == serving_id))
+    position = {n.checkpoint.id: n for n in nodes}
+    edges = [
+        {"x1": position[n.checkpoint.parent_id].x + NODE_W / 2, "y1": position[n.checkpoint.parent_id].y + NODE_H,
+         "x2": n.x + NODE_W / 2, "y2": n.y}
+        for n in nodes if n.checkpoint.parent_id in position
+    ]
+    width = 40 + NODE_W + NODE_GAP_X * max((n.x - 20) // NODE_GAP_X for n in nodes) if nodes else 300
+    height = 40 + NODE_GAP_Y * max(len(nodes) - 1, 0) + NODE_H
+    return {"nodes": nodes, "edges": edges, "width": width, "height": height, "node_w": NODE_W, "node_h": NODE_H}

@@ -1,0 +1,75 @@
+"""Roles are Django groups; what each role may do is one table, shared by the pages
+and the JSON API so that the two can never disagree."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+OFFICER = "officer"
+REVIEWER = "reviewer"
+AUDITOR = "auditor"
+ADMIN = "admin"
+ROLES = (OFFICER, REVIEWER, AUDITOR, ADMIN)
+
+# Separation of duties: the admin manages settings and accounts but neither files nor
+# decides requests; the auditor reads everything and changes nothing.
+CAPABILITIES: dict[str, frozenset[str]] = {
+    "read": frozenset(ROLES),
+    "request.submit": frozenset({OFFICER}),
+    "request.cancel": frozenset({OFFICER}),
+    "request.review": frozenset({REVIEWER}),
+    "settings.edit": frozenset({ADMIN}),
+}
+
+
+def user_roles(user: AbstractBaseUser | AnonymousUser) -> frozenset[str]:
+    if not user.is_authenticated or not user.is_active:
+        return frozenset()
+    cached = getattr(user, "_erasure_roles", None)
+    if cached is None:
+        names = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+        if user.is_superuser:
+            names.add(ADMIN)
+        cached = frozenset(names)
+        user._erasure_roles = cached
+    return cached
+
+
+def user_can(user: AbstractBaseUser | AnonymousUser, capability: str) -> bool:
+    return bool(user_roles(user) & CAPABILITIES[capability])
+
+
+def actor_of(user: AbstractBaseUser) -> str:
+    """The domain's actor string: a reference to the account, never a personal name."""
+    return f"user:{user.get_username()}"
+
+
+def requires(capability: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """View decorator: 403 unless the signed-in user's roles grant the capability
+    (anonymous users never get here: the login middleware redirects them first)."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not user_can(request.user, capability):
+                raise PermissionDenied(capability)
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+def roles_context(request: HttpRequest) -> dict[str, Any]:
+    user = getattr(request, "user", None)
+    if user is None:
+        return {}
+    return {
+        "user_roles": sorted(user_roles(user)),
+        "can": {cap.replace(".", "_"): user_can(user, cap) for cap in CAPABILITIES},
+    }

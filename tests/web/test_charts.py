@@ -1,0 +1,40 @@
+"""Geometry of the inline SVG charts (no database: plain objects stand in for rows)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from deletion.web.charts import BAR_LEFT, BAR_WIDTH, lineage_graph, verification_chart
+
+
+def _result(metric, value, details=None):
+    return SimpleNamespace(metric=metric, value=value, details=details)
+
+
+def test_the_chart_puts_before_after_and_the_control_level_on_one_scale():
+    chart = verification_chart([
+        _result("leakage.forget", 0.1, {"metrics": {"leakage.base_forget": 0.9, "leakage.control": 0.05}}),
+    ])
+    row = chart["rows"][0]
+    assert row["label"] == "Surface leakage"
+    assert row["before_w"] == BAR_WIDTH * 0.9 and row["after_w"] == BAR_WIDTH * 0.1
+    assert row["control_x"] == BAR_LEFT + BAR_WIDTH * 0.05
+
+
+def test_no_chart_without_measurements_and_values_are_clamped():
+    assert verification_chart([]) is None
+    chart = verification_chart([_result("attack.relearn_recovery", 7.0)])
+    assert chart["rows"][0]["after_w"] == BAR_WIDTH
+
+
+def _checkpoint(id_, version, parent_id, status):
+    return SimpleNamespace(id=id_, version=version, parent_id=parent_id, status=status, digest="d" * 64)
+
+
+def test_the_serving_line_stays_in_the_first_column_and_a_rejected_branch_moves_aside():
+    checkpoints = [_checkpoint(1, 1, None, "retired"), _checkpoint(2, 2, 1, "retired"),
+                   _checkpoint(3, 3, 1, "candidate"), _checkpoint(4, 4, 2, "serving")]
+    graph = lineage_graph(checkpoints, serving_id=4)
+    x = {node.checkpoint.id: node.x for node in graph["nodes"]}
+    assert x[1] == x[2] == x[4] < x[3]
+    assert len(graph["edges"]) == 3
+    assert [n.serving for n in graph["nodes"]] == [False, False, False, True]
