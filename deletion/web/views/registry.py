@@ -12,13 +12,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from deletion.domain.certificates import parse_payload
 from deletion.domain.errors import DomainError
+from deletion.domain.registry import model_schedule_update
 from deletion.domain.services.recipients import recipient_register
 from deletion.domain.signing import keyring_from_config
 from deletion.web import charts, selectors
 from deletion.web.certificate_status import certificate_chain_status, certificate_status
 from deletion.web.domain_session import domain_session
 from deletion.web.forms import RecipientForm, ScheduleForm
-from deletion.web.model_settings import model_schedule_update
 from deletion.web.roles import actor_of, requires
 from deletion.web.views.common import attach_domain_error
 
