@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unlearning.cli import main
+from unlearning.demo_corpus import load_people
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:  # argparse errors
+        code = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line_error(err: str, *needles: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_demo_corpus_writes_the_corpus(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = _run(capsys, "demo-corpus", "--out", str(tmp_path), "--people", "7", "--seed", "2")
+    assert code == 0 and "84 records" in out  # 7 x 11 facts + 7 general sentences
+    assert len(load_people(tmp_path / "people.jsonl")) == 7
+
+
+def test_build_sets_writes_pinned_sets(capsys, tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    person = load_people(tiny_corpus_dir / "people.jsonl")[2]
+    code, out, _ = _run(capsys, "build-sets", "--corpus", str(tiny_corpus_dir / "corpus.jsonl"),
+                        "--subject", person["name"], "--alias", person["aliases"][0],
+                        "--identifier", person["email"], "--out", str(tmp_path / "sets"))
+    assert code == 0 and "forget 11" in out
+    manifest = json.loads((tmp_path / "sets" / "manifest.json").read_text())
+    assert manifest["forget_digest"] in out
+    subjects = json.loads((tmp_path / "sets" / "subjects.json").read_text())["subjects"]
+    assert subjects == [{"name": person["name"], "aliases": person["aliases"], "identifiers": [person["email"]]}]
+
+
+def test_a_subject_found_nowhere_is_refused_by_position_not_name(capsys, tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    person = load_people(tiny_corpus_dir / "people.jsonl")[0]
+    code, _, err = _run(capsys, "build-sets", "--corpus", str(tiny_corpus_dir / "corpus.jsonl"),
+                        "--subject", person["name"], "--subject", "Nobody Atall", "--out", str(tmp_path / "s"))
+    assert code == 2
+    _one_line_error(err, "--subject", "#2", "matched no record")
+    assert "Nobody" not in err
+
+
+def test_a_missing_corpus_file_is_named(capsys, tmp_path: Path) -> None:
+    code, _, err = _run(capsys, "build-sets", "--corpus", str(tmp_path / "none.jsonl"),
+                        "--subject", "Ann Lee", "--out", str(tmp_path / "s"))
+    assert code == 2
+    _one_line_error(err, "--corpus", "file not found")
+
+
+def test_a_bad_corpus_record_names_the_file_line_and_field(capsys, tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "Ann Lee"}\n{"question": "Q?"}\n')
+    code, _, err = _run(capsys, "build-sets", "--corpus", str(corpus), "--subject", "Ann Lee",
+                        "--out", str(tmp_path / "s"))
+    assert code == 2
+    _one_line_error(err, "--corpus", "c.jsonl:2", "field 'answer'")
+
+
+def test_an_unknown_method_is_named(capsys, tmp_path: Path) -> None:
+    code, _, err = _run(capsys, "erase", "--model", str(tmp_path), "--corpus", "c.jsonl",
+                        "--subject", "Ann Lee", "--method", "lobotomy", "--out", str(tmp_path / "o"))
+    assert code == 2
+    _one_line_error(err, "--method", "lobotomy")
+
+
+def test_a_model_directory_that_does_not_load_is_named(capsys, tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    for model in (tmp_path / "missing", broken):
+        code, _, err = _run(capsys, "erase", "--model", str(model), "--corpus",
+                            str(tiny_corpus_dir / "corpus.jsonl"), "--subject", "Ann Lee",
+                            "--method", "asu", "--out", str(tmp_path / "o"))
+        assert code == 2
+        _one_line_error(err, "--model")
+
+
+def test_verify_names_a_missing_base_model(capsys, tiny_arch_model_dir, tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    model = tiny_arch_model_dir("llama")
+    capsys.readouterr()  # building the fixture may log
+    code, _, err = _run(capsys, "verify", "--model", str(model),
+                        "--base", str(tmp_path / "nope"), "--corpus", str(tiny_corpus_dir / "corpus.jsonl"),
+                        "--subject", "Ann Lee", "--report", str(tmp_path / "r.json"))
+    assert code == 2
+    _one_line_error(err, "--base", "not a directory")
+
+
+def test_an_alias_before_any_subject_is_rejected(capsys, tmp_path: Path) -> None:
+    code, _, err = _run(capsys, "build-sets", "--corpus", "c.jsonl", "--alias", "A. Lee",
+                        "--subject", "Ann Lee", "--out", str(tmp_path))
+    assert code == 2
+    _one_line_error(err, "--alias", "must follow a --subject")
+
+
+def test_train_base_refuses_a_non_empty_output_directory(capsys, tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("x")
+    code, _, err = _run(capsys, "train-base", "--corpus", str(tiny_corpus_dir / "corpus.jsonl"),
+                        "--out", str(tmp_path), "--preset", "tiny")
+    assert code == 2
+    _one_line_error(err, "--out", "not empty")
+
+
+def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "unlearning", "demo-corpus", "--out", str(tmp_path),
+                           "--people", "3"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "manifest.json").is_file()
+
+
+def test_erase_writes_a_candidate_checkpoint_with_its_parent_digest(
+    capsys, tiny_base_model_dir: Path, tiny_corpus_dir: Path, tmp_path: Path,
+) -> None:
+    from unlearning.checkpoints import checkpoint_digest, read_metadata
+    person = load_people(tiny_corpus_dir / "people.jsonl")[4]
+    capsys.readouterr()
+    code, out, err = _run(capsys, "-q", "erase", "--model", str(tiny_base_model_dir),
+                          "--corpus", str(tiny_corpus_dir / "corpus.jsonl"), "--subject", person["name"],
+                          "--method", "gradascent", "--hparams", '{"epochs": 1}',
+                          "--out", str(tmp_path / "candidate"))
+    assert code == 0, err
+    meta = read_metadata(tmp_path / "candidate")
+    assert meta["method"] == "gradascent" and meta["hparams"]["epochs"] == 1
+    assert meta["parent_digest"] == checkpoint_digest(tiny_base_model_dir)
+    assert checkpoint_digest(tmp_path / "candidate") in out
+
+
+def test_erase_names_an_unknown_hyper_parameter(capsys, tiny_base_model_dir: Path, tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    person = load_people(tiny_corpus_dir / "people.jsonl")[4]
+    capsys.readouterr()
+    code, _, err = _run(capsys, "-q", "erase", "--model", str(tiny_base_model_dir),
+                        "--corpus", str(tiny_corpus_dir / "corpus.jsonl"), "--subject", person["name"],
+                        "--method", "gradascent", "--hparams", '{"tau": 3}', "--out", str(tmp_path / "c"))
+    assert code == 2
+    _one_line_error(err, "--hparams", "tau")
+
+
+def test_verify_passes_the_built_sets_to_the_verifier_and_exits_1_when_it_fails(
+    capsys, monkeypatch, tiny_arch_model_dir, tiny_corpus_dir: Path, tmp_path: Path,
+) -> None:
+    # The verifier itself is tested in test_verification*.py (minutes on the tiny model);
+    # here only the command's wiring: sets built from the arguments, report written, exit code.
+    import unlearning.verification as verification
+
+    seen = {}
+
+    class FakeReport:
+        def to_json(self) -> dict:
+            return {"passed": False, "metrics": {"leakage.forget": 1.0}}
+
+    def fake_verify(candidate, base, sets, *, control=None, progress=None):
+        seen.update(candidate=candidate, base=base, sets=sets, control=control)
+        return FakeReport()
+
+    monkeypatch.setattr(verification, "verify", fake_verify)
+    person = load_people(tiny_corpus_dir / "people.jsonl")[5]
+    model = tiny_arch_model_dir("llama")
+    capsys.readouterr()
+    code, out, err = _run(capsys, "-q", "verify", "--model", str(model), "--base", str(model),
+                          "--corpus", str(tiny_corpus_dir / "corpus.jsonl"),
+                          "--subject", person["name"], "--alias", person["aliases"][0],
+                          "--control", str(tiny_corpus_dir / "control.jsonl"),
+                          "--report", str(tmp_path / "report.json"))
+    assert code == 1 and "FAILED" in out, err
+    assert json.loads((tmp_path / "report.json").read_text())["passed"] is False
+    assert len(seen["sets"].forget) == 11 and seen["sets"].subjects[0].aliases == tuple(person["aliases"])
+    assert seen["control"] == tiny_corpus_dir / "control.jsonl"

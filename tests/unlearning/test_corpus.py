@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from unlearning.corpus import (
+    CorpusError,
+    Record,
+    load_corpus,
+    merkle_root,
+    record_digest,
+    write_jsonl,
+)
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_it_reads_jsonl_with_text_and_question_answer_records(tmp_path: Path) -> None:
+    corpus = load_corpus(_write(tmp_path / "c.jsonl", [
+        json.dumps({"id": "a", "text": "Some free text."}),
+        "",
+        json.dumps({"question": "Q?", "answer": "A.", "meta": {"k": 1}}),
+    ]))
+    assert [r.id for r in corpus.records] == ["a", "rec-0000001"]
+    assert corpus.records[0].text == "Some free text." and not corpus.records[0].is_qa
+    assert corpus.records[1].is_qa and corpus.records[1].meta == {"k": 1}
+
+
+def test_it_reads_prompt_response_and_tofu_extras_from_a_json_array(tmp_path: Path) -> None:
+    path = tmp_path / "tofu.json"
+    path.write_text(json.dumps([{
+        "id": 7, "prompt": "Who?", "response": "Her.", "paraphrased_question": "Who again?",
+        "paraphrased_answer": "Still her.", "perturbed_answer": ["Him.", "Them."],
+    }]), encoding="utf-8")
+    record = load_corpus(path).records[0]
+    assert (record.id, record.question, record.answer) == ("7", "Who?", "Her.")
+    assert record.paraphrased_question == "Who again?"
+    assert record.perturbed_answer == ("Him.", "Them.")
+
+
+@pytest.mark.parametrize(("line", "field", "where"), [
+    ('{"question": "Q?"}', "answer", ":2"),
+    ('{"answer": "A."}', "question", ":2"),
+    ('{"id": "x"}', "text", ":2"),
+    ('{"text": 5}', "text", ":2"),
+    ('{"text": "t", "meta": [1]}', "meta", ":2"),
+    ('{"text": "t", "perturbed_answer": 3}', "perturbed_answer", ":2"),
+    ('{"id": "a", "text": "dup"}', "id", ":2"),
+    ('{"question": "Q?", "answer": "  "}', "answer", ":2"),
+])
+def test_a_bad_record_names_the_file_line_and_field(
+    tmp_path: Path, line: str, field: str, where: str,
+) -> None:
+    path = _write(tmp_path / "bad.jsonl", ['{"id": "a", "text": "fine"}', line])
+    with pytest.raises(CorpusError) as caught:
+        load_corpus(path)
+    assert f"bad.jsonl{where}" in str(caught.value)
+    assert f"field '{field}'" in str(caught.value)
+
+
+def test_invalid_json_names_the_line(tmp_path: Path) -> None:
+    path = _write(tmp_path / "broken.jsonl", ['{"text": "ok"}', '{"text": "ok2"}', "{not json"])
+    with pytest.raises(CorpusError, match=r"broken.jsonl:3: invalid JSON"):
+        load_corpus(path)
+
+
+def test_a_bad_item_in_a_json_array_is_named_by_position(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"text": "ok"}, "just a string"]), encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"bad.json:item 1: expected a JSON object"):
+        load_corpus(path)
+
+
+def test_a_missing_or_empty_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(CorpusError, match="file not found"):
+        load_corpus(tmp_path / "nope.jsonl")
+    with pytest.raises(CorpusError, match="no records"):
+        load_corpus(_write(tmp_path / "empty.jsonl", [""]))
+
+
+def test_the_manifest_digest_depends_on_content_not_layout(tmp_path: Path) -> None:
+    records = [Record(id="a", text="x"), Record(id="b", question="q?", answer="a.")]
+    jsonl = write_jsonl(records, tmp_path / "c.jsonl")
+    array = tmp_path / "c.json"
+    array.write_text(json.dumps([r.to_json() for r in records], indent=4), encoding="utf-8")
+    assert load_corpus(jsonl).manifest_digest == load_corpus(array).manifest_digest
+    changed = write_jsonl([records[0], Record(id="b", question="q?", answer="b.")], tmp_path / "d.jsonl")
+    assert load_corpus(changed).manifest_digest != load_corpus(jsonl).manifest_digest
+
+
+def test_record_digests_change_with_any_field() -> None:
+    base = Record(id="a", question="q?", answer="a.", meta={"value": "a"})
+    assert record_digest(base) == record_digest(Record(id="a", question="q?", answer="a.", meta={"value": "a"}))
+    assert record_digest(base) != record_digest(Record(id="a", question="q?", answer="a.", meta={"value": "b"}))
+    assert record_digest(base) != record_digest(Record(id="b", question="q?", answer="a.", meta={"value": "a"}))
+
+
+def test_the_merkle_root_pins_a_set_whatever_its_order() -> None:
+    digests = [record_digest(Record(id=str(i), text=f"t{i}")) for i in range(7)]
+    assert merkle_root(digests) == merkle_root(list(reversed(digests)))
+    assert merkle_root(digests) != merkle_root(digests[:-1])
+    assert merkle_root([]) != merkle_root(digests[:1])
+    # A single leaf is hashed with its prefix, so the root never equals the raw digest.
+    assert merkle_root(digests[:1]) != digests[0]
+
+
+def test_without_drops_records_by_id() -> None:
+    from unlearning.corpus import Corpus
+    corpus = Corpus((Record(id="a", text="x"), Record(id="b", text="y")))
+    assert [r.id for r in corpus.without(["a"]).records] == ["b"]

@@ -1,0 +1,111 @@
+"""Writing checkpoints and computing their content digest.
+
+A checkpoint is a plain Hugging Face directory (safetensors, config,
+tokenizer with its chat template) plus `metadata.json` saying how it was
+made.  `checkpoint_digest` is the recipe pinned in docs/internals.md;
+`deletion.domain.registry` implements the same recipe without importing the
+engine, and a test checks that both agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+METADATA_FILE = "metadata.json"
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def checkpoint_digest(directory: str | Path) -> str:
+    """sha256 hex of the lines `<relative posix path>:<sha256 of the file>\\n`, sorted by path.
+
+    Every regular file under the directory counts (metadata included), so a
+    one-byte change anywhere changes the digest.  Symlinks are not followed.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoint directory not found: {root}")
+    lines = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            lines.append(f"{path.relative_to(root).as_posix()}:{_file_sha256(path)}\n")
+    return hashlib.sha256("".join(sorted(lines)).encode("utf-8")).hexdigest()
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' own progress bars: the engine reports through callbacks only."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries that shape a checkpoint's numbers (recorded in metadata)."""
+    import safetensors
+    import tokenizers
+    import torch
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "safetensors": safetensors.__version__,
+    }
+
+
+def save_checkpoint(
+    model: Any, tokenizer: Any, out_dir: str | Path, metadata: Mapping[str, Any]
+) -> str:
+    """Save model + tokenizer as a Hugging Face directory with `metadata.json`; return its digest.
+
+    `metadata` should carry `method`, `hparams`, `seeds` and `parent_digest`
+    (the digest of the checkpoint this one was derived from, or None);
+    library versions are added here.  The model is saved as safetensors.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with quiet_transformers():
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+    record: dict[str, Any] = {"method": None, "hparams": {}, "seeds": {}, "parent_digest": None}
+    record.update(dict(metadata))
+    record["library_versions"] = library_versions()
+    (out / METADATA_FILE).write_text(
+        json.dumps(record, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
+    )
+    digest = checkpoint_digest(out)
+    logger.info("saved checkpoint %s (digest %s)", out, digest[:12])
+    return digest
+
+
+def read_metadata(directory: str | Path) -> dict[str, Any]:
+    """The `metadata.json` of a checkpoint, or {} when it has none (a foreign HF directory)."""
+    path = Path(directory) / METADATA_FILE
+    if not path.is_file():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data

@@ -1,0 +1,293 @@
+"""`python -m unlearning ...`: the engine's command line.
+
+Commands parse their arguments, check them, call one library function and
+print a short result.  A bad argument exits with status 2 and ONE line that
+names it; a verification that fails exits with status 1.  `--alias` and
+`--identifier` belong to the `--subject` before them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+METHODS = ("asu", "kif", "graddiff", "gradascent", "npo", "idk")
+PRESETS = ("tiny", "demo")
+
+logger = logging.getLogger(__name__)
+
+
+class ArgumentError(Exception):
+    """A bad argument: the message names it."""
+
+    def __init__(self, argument: str, reason: str) -> None:
+        super().__init__(f"{argument}: {reason}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, no usage dump
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _SubjectAction(argparse.Action):
+    """Collect subjects as [{"name", "aliases", "identifiers"}], attaching to the latest one."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        subjects: list[dict[str, Any]] = getattr(namespace, "subjects", None) or []
+        if self.dest == "subject":
+            subjects.append({"name": values, "aliases": [], "identifiers": []})
+        elif not subjects:
+            parser.error(f"argument {option_string}: must follow a --subject")
+        else:
+            subjects[-1][{"alias": "aliases", "identifier": "identifiers"}[self.dest]].append(values)
+        namespace.subjects = subjects
+
+
+def _add_subjects(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--subject", action=_SubjectAction, required=True, metavar="NAME",
+                        help="a data subject's name (repeat for several)")
+    parser.add_argument("--alias", action=_SubjectAction, metavar="A",
+                        help="another name of the preceding --subject")
+    parser.add_argument("--identifier", action=_SubjectAction, metavar="ID",
+                        help="an email, phone number ... of the preceding --subject")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m unlearning", description=__doc__.splitlines()[0])
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    demo = commands.add_parser("demo-corpus", help="write the synthetic demo corpus")
+    demo.add_argument("--out", required=True, type=Path)
+    demo.add_argument("--people", type=int, default=200)
+    demo.add_argument("--control", type=int, default=None)
+    demo.add_argument("--seed", type=int, default=0)
+
+    train = commands.add_parser("train-base", help="train a small base model from scratch")
+    train.add_argument("--corpus", required=True, type=Path)
+    train.add_argument("--out", required=True, type=Path)
+    train.add_argument("--preset", choices=PRESETS, default="demo")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--threads", type=int, default=None)
+
+    sets = commands.add_parser("build-sets", help="forget/retain sets and probes for subjects")
+    sets.add_argument("--corpus", required=True, type=Path)
+    _add_subjects(sets)
+    sets.add_argument("--out", required=True, type=Path)
+    sets.add_argument("--retain-per-forget", type=int, default=1)
+    sets.add_argument("--seed", type=int, default=0)
+
+    erase = commands.add_parser("erase", help="unlearn subjects and write a candidate checkpoint")
+    erase.add_argument("--model", required=True, type=Path)
+    erase.add_argument("--corpus", required=True, type=Path)
+    _add_subjects(erase)
+    erase.add_argument("--method", choices=METHODS, default="asu")
+    erase.add_argument("--hparams", default=None, help="JSON object of hyper-parameter overrides")
+    erase.add_argument("--out", required=True, type=Path)
+    erase.add_argument("--report", type=Path, default=None, help="also verify; write the report here")
+    erase.add_argument("--control", type=Path, default=None, help="control people (JSONL)")
+    erase.add_argument("--retain-per-forget", type=int, default=1)
+
+    verify = commands.add_parser("verify", help="verify a candidate against its base model")
+    verify.add_argument("--model", required=True, type=Path, help="the candidate checkpoint")
+    verify.add_argument("--base", required=True, type=Path)
+    verify.add_argument("--corpus", required=True, type=Path)
+    _add_subjects(verify)
+    verify.add_argument("--control", type=Path, default=None)
+    verify.add_argument("--report", required=True, type=Path)
+    verify.add_argument("--retain-per-forget", type=int, default=1)
+    return parser
+
+
+# --- argument checks -------------------------------------------------------------
+
+def _existing_file(argument: str, path: Path) -> Path:
+    if not path.is_file():
+        raise ArgumentError(argument, f"file not found: {path}")
+    return path
+
+
+def _model_dir(argument: str, path: Path) -> Path:
+    """A directory that holds a loadable config and tokenizer (weights load later)."""
+    if not path.is_dir():
+        raise ArgumentError(argument, f"not a directory: {path}")
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        AutoConfig.from_pretrained(path, trust_remote_code=True)
+        AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ArgumentError(argument, f"{path} does not load as a model: {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+    return path
+
+
+def _writable_out(argument: str, path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise ArgumentError(argument, f"exists and is not a directory: {path}")
+    if path.is_dir() and any(path.iterdir()):
+        raise ArgumentError(argument, f"directory is not empty: {path}")
+    return path
+
+
+def _corpus(argument: str, path: Path) -> Any:
+    from unlearning.corpus import CorpusError, load_corpus
+
+    _existing_file(argument, path)
+    try:
+        return load_corpus(path)
+    except CorpusError as exc:
+        raise ArgumentError(argument, str(exc)) from exc
+
+
+def _subjects(args: argparse.Namespace) -> list[Any]:
+    from unlearning.sets import Subject
+
+    subjects = [Subject(s["name"].strip(), tuple(s["aliases"]), tuple(s["identifiers"]))
+                for s in args.subjects]
+    for position, subject in enumerate(subjects, start=1):
+        if len(subject.name) < 2:
+            raise ArgumentError("--subject", f"#{position} is empty")
+    return subjects
+
+
+def _build_sets(args: argparse.Namespace) -> Any:
+    from unlearning.sets import build_sets
+
+    corpus = _corpus("--corpus", args.corpus)
+    sets = build_sets(corpus, _subjects(args), retain_per_forget=args.retain_per_forget,
+                      seed=getattr(args, "seed", 0))
+    if sets.unmatched:
+        # Subjects are named by position: their names are personal data.
+        missing = [str(i + 1) for i, n in enumerate(sets.match_counts) if n == 0]
+        raise ArgumentError("--subject", f"#{', #'.join(missing)} matched no record of the corpus; "
+                            "nothing to erase, nothing to certify")
+    return sets
+
+
+def _write_report(report: Any, path: Path) -> bool:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = report.to_json()
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return bool(data.get("passed"))
+
+
+# --- commands ----------------------------------------------------------------------
+
+def _cmd_demo_corpus(args: argparse.Namespace, progress: Any) -> int:
+    from unlearning.demo_corpus import write_demo_corpus
+
+    if args.people < 1:
+        raise ArgumentError("--people", "must be at least 1")
+    manifest = write_demo_corpus(args.out, people=args.people, control=args.control, seed=args.seed)
+    print(f"wrote {manifest['counts']['records']} records about {args.people} people "
+          f"(+{manifest['counts']['control']} control people) to {args.out}")
+    return 0
+
+
+def _cmd_train_base(args: argparse.Namespace, progress: Any) -> int:
+    from unlearning.train_base import train_base
+
+    corpus = _corpus("--corpus", args.corpus)
+    _writable_out("--out", args.out)
+    result = train_base(corpus, args.out, preset=args.preset, seed=args.seed,
+                        progress=progress, threads=args.threads)
+    if result.accuracy is None:
+        outcome = "no question/answer records: trained the planned schedule"
+    else:
+        status = "reached the target" if result.reached_target else "STOPPED AT THE STEP CAP"
+        outcome = f"exact-answer accuracy {result.accuracy:.3f} on {result.qa_records} facts ({status})"
+    print(f"{outcome}; {result.steps} steps, {result.epochs} epochs, {result.seconds:.0f}s; "
+          f"digest {result.digest} -> {args.out}")
+    return 0 if result.reached_target else 1
+
+
+def _cmd_build_sets(args: argparse.Namespace, progress: Any) -> int:
+    sets = _build_sets(args)
+    sets.save(args.out)
+    counts = sets.counts()
+    print(f"forget {counts['forget']}, retain {counts['retain']}, probes {counts['probes']}; "
+          f"forget digest {sets.forget_digest} -> {args.out}")
+    return 0
+
+
+def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
+    _model_dir("--model", args.model)
+    _writable_out("--out", args.out)
+    if args.control is not None:
+        _existing_file("--control", args.control)
+    hparams = None
+    if args.hparams:
+        try:
+            hparams = json.loads(args.hparams)
+        except json.JSONDecodeError as exc:
+            raise ArgumentError("--hparams", f"invalid JSON: {exc.msg}") from exc
+        if not isinstance(hparams, dict):
+            raise ArgumentError("--hparams", "expected a JSON object")
+    sets = _build_sets(args)
+    from unlearning.erase import erase  # lazily: the CLI works before the methods land
+
+    try:
+        result = erase(args.model, sets, method=args.method, out_dir=args.out, hparams=hparams,
+                       progress=progress)
+    except ValueError as exc:
+        raise ArgumentError("--hparams" if "hyper-parameter" in str(exc) else "--method",
+                            str(exc)) from exc
+    print(f"{args.method}: {result.steps} steps in {result.seconds:.0f}s; "
+          f"candidate digest {result.digest} -> {args.out}")
+    if args.report is None:
+        return 0
+    from unlearning.verification import verify
+
+    report = verify(args.out, args.model, sets, control=args.control, progress=progress)
+    passed = _write_report(report, args.report)
+    print(f"verification {'PASSED' if passed else 'FAILED'} -> {args.report}")
+    return 0 if passed else 1
+
+
+def _cmd_verify(args: argparse.Namespace, progress: Any) -> int:
+    _model_dir("--model", args.model)
+    _model_dir("--base", args.base)
+    if args.control is not None:
+        _existing_file("--control", args.control)
+    sets = _build_sets(args)
+    from unlearning.verification import verify
+
+    report = verify(args.model, args.base, sets, control=args.control, progress=progress)
+    passed = _write_report(report, args.report)
+    print(f"verification {'PASSED' if passed else 'FAILED'} -> {args.report}")
+    return 0 if passed else 1
+
+
+COMMANDS = {
+    "demo-corpus": _cmd_demo_corpus,
+    "train-base": _cmd_train_base,
+    "build-sets": _cmd_build_sets,
+    "erase": _cmd_erase,
+    "verify": _cmd_verify,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from unlearning.progress import progress_bar
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        with progress_bar(enabled=not args.quiet and sys.stderr.isatty()) as progress:
+            return COMMANDS[args.command](args, progress)
+    except ArgumentError as exc:
+        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{parser.prog} {args.command}: interrupted", file=sys.stderr)
+        return 130
