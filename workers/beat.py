@@ -1,0 +1,33 @@
+"""The one beat schedule.  Run exactly one beat process per deployment.
+
+Each entry expires after its own period: a periodic task that sat in the queue
+for longer than that is stale, and the next tick sends a fresh one anyway.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from workers import routing
+
+
+def _every(seconds: float, task: str) -> dict[str, Any]:
+    return {
+        "task": task,
+        "schedule": timedelta(seconds=seconds),
+        "options": {"expires": seconds, "queue": routing.queue_for(task)},
+    }
+
+
+SCHEDULE: dict[str, dict[str, Any]] = {
+    # Enqueue-after-commit safety net: stages relay their own hand-over at once.
+    "relay-outbox": _every(1.0, routing.RELAY_OUTBOX),
+    "schedule-batches": _every(15.0, routing.SCHEDULE_BATCHES),
+    # Neither embedded broker redelivers after a kill: this is what resumes a job.
+    "reconcile-jobs": _every(30.0, routing.RECONCILE),
+    "notify-recipients": _every(30.0, routing.NOTIFY_RECIPIENTS),
+    "watch-deadlines": _every(3600.0, routing.WATCH_DEADLINES),
+    "destroy-checkpoints": _every(600.0, routing.DESTROY_CHECKPOINTS),
+    "purge-identifiers": _every(3600.0, routing.PURGE_IDENTIFIERS),
+}

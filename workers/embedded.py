@@ -1,0 +1,133 @@
+"""The embedded runtime: everything on one machine, no servers to install.
+
+    python -m workers.embedded run    # make run: migrate, bootstrap, web + worker + beat
+    python -m workers.embedded demo   # make demo: one whole erasure, headless
+
+SQLite is the database and kombu's `sqla+sqlite://` transport the broker, with
+a real worker process and one beat.  Neither embedded broker redelivers a task
+after a crash; the beat's reconciler resumes such jobs from the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from types import FrameType
+
+from workers.processes import (
+    PYTHON,
+    ProcessGroup,
+    beat_command,
+    run_step,
+    web_command,
+    worker_command,
+)
+
+log = logging.getLogger(__name__)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, _frame: FrameType | None) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def prepare(*, preset: str, assets: str | None = None) -> None:
+    """Migrate both schemas and bootstrap the demo model (trained the first time only)."""
+    run_step([PYTHON, "manage.py", "migrate_all"])
+    run_step([PYTHON, "-m", "workers.bootstrap", "--preset", preset,
+              *(["--assets", assets] if assets else [])])
+
+
+def command_run(args: argparse.Namespace) -> int:
+    from deletion.domain.config import current
+
+    config = current()
+    prepare(preset=args.preset, assets=args.assets)
+    run_step([PYTHON, "manage.py", "ensure_demo_users"])
+    logs = config.var_dir / "logs"
+    group = ProcessGroup(env=os.environ)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        group.start("worker", worker_command(), log_file=logs / "worker.log")
+        group.start("beat", beat_command(schedule_file=config.var_dir / "celerybeat-schedule"),
+                    log_file=logs / "beat.log")
+        group.start("web", web_command(bind=config.web_bind), log_file=logs / "web.log")
+        sys.stdout.write(
+            f"\nErasure service running on http://{config.web_bind}/  "
+            f"(worker and beat logs under {logs}).  Ctrl-C stops everything.\n"
+        )
+        sys.stdout.flush()
+        while True:
+            exited = group.first_exited()
+            if exited is not None:
+                name, code = exited
+                sys.stderr.write(f"{name} exited with status {code}; see {logs / (name + '.log')}\n")
+                return 1
+            time.sleep(0.5)
+    except (KeyboardInterrupt, _Stop):
+        sys.stdout.write("\nstopping web, beat and worker...\n")
+        return 0
+    finally:
+        group.stop()
+
+
+def command_demo(args: argparse.Namespace) -> int:
+    from deletion.domain.config import current
+    from workers.demo import run_demo
+
+    config = current()
+    started = time.monotonic()
+    try:
+        prepare(preset=args.preset, assets=args.assets)
+    except RuntimeError as exc:
+        sys.stderr.write(f"demo failed while preparing: {exc}\n")
+        return 1
+    logs = config.var_dir / "logs"
+    group = ProcessGroup(env=os.environ)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        group.start("worker", worker_command(), log_file=logs / "demo-worker.log")
+        group.start("beat", beat_command(schedule_file=config.var_dir / "celerybeat-schedule"),
+                    log_file=logs / "demo-beat.log")
+        outcome = run_demo(config=config, timeout_s=args.timeout, watch=group.first_exited)
+    except (KeyboardInterrupt, _Stop):
+        sys.stderr.write("demo interrupted\n")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the demo's contract: exit 1 with the reason
+        log.exception("demo failed")
+        sys.stderr.write(f"demo failed: {type(exc).__name__}: {exc}\n")
+        return 1
+    finally:
+        group.stop()
+    sys.stdout.write(outcome.render())
+    sys.stdout.write(f"wall time {time.monotonic() - started:.1f} s (worker log: {logs / 'demo-worker.log'})\n")
+    return 0 if outcome.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.embedded", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="start web, worker and beat on embedded defaults")
+    run.add_argument("--preset", default="demo", choices=("tiny", "demo"))
+    run.add_argument("--assets", help="folder caching the trained demo model (default VAR_DIR/demo-assets)")
+    run.set_defaults(handler=command_run)
+    demo = sub.add_parser("demo", help="run one whole erasure headless and print the certificate")
+    demo.add_argument("--preset", default="demo", choices=("tiny", "demo"))
+    demo.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the certificate")
+    demo.add_argument("--assets", help="folder caching the trained demo model (default VAR_DIR/demo-assets)")
+    demo.set_defaults(handler=command_demo)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Verification results: one row per (job, round, check), upserted.
+
+A verification delivered twice stores the same rows once; the JSON report of
+each round also stays in the job's work directory until the job ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from deletion.domain.models import VerificationResult
+
+
+def verification_results_store(session: Session, *, job_id: int, round_: int,
+                               report: Mapping[str, Any]) -> list[VerificationResult]:
+    """Upsert the policy's checks (with threshold and verdict) and the bare metrics."""
+    policy = report.get("policy") or {}
+    existing = {
+        row.metric: row
+        for row in session.scalars(select(VerificationResult).where(
+            VerificationResult.job_id == job_id, VerificationResult.round == round_))
+    }
+    checked = set()
+    rows = []
+    for check in report.get("checks", []):
+        metric = str(check.get("metric") or check["name"])
+        checked.add(metric)
+        rows.append(_upsert(session, existing, job_id=job_id, round_=round_, metric=metric,
+                            value=check.get("value"), threshold=check.get("threshold"),
+                            comparator=check.get("comparator"), passed=check.get("passed"),
+                            policy=policy, details={"check": check.get("name"),
+                                                    "decides_pass": check.get("decides_pass", True)}))
+    # Metrics no check judges (timings aside) are still evidence worth keeping.
+    for metric, value in (report.get("metrics") or {}).items():
+        if metric not in checked and (value is None or isinstance(value, int | float)):
+            rows.append(_upsert(session, existing, job_id=job_id, round_=round_, metric=metric,
+                                value=value, threshold=None, comparator=None, passed=None,
+                                policy=policy, details=None))
+    session.flush()
+    return rows
+
+
+def _upsert(session: Session, existing: dict[str, VerificationResult], *, job_id: int,
+            round_: int, metric: str, value: Any, threshold: Any, comparator: Any, passed: Any,
+            policy: Mapping[str, Any], details: dict[str, Any] | None) -> VerificationResult:
+    row = existing.get(metric)
+    if row is None:
+        row = VerificationResult(job_id=job_id, round=round_, metric=metric)
+        session.add(row)
+        existing[metric] = row
+    row.value = None if value is None else float(value)
+    row.threshold = None if threshold is None else float(threshold)
+    row.comparator = None if comparator is None else str(comparator)[:4]
+    row.passed = None if passed is None else bool(passed)
+    row.policy_name = str(policy.get("name", ""))
+    row.policy_version = str(policy.get("version", ""))
+    row.details = details
+    return row
