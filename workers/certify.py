@@ -119,22 +119,12 @@ def rebase(session: Session, *, job: Job) -> None:
     because the corpus version moved with the other erasure and its subject must
     not reappear in a retain set.
     """
-    from deletion.domain.errors import InvalidTransition
-    from deletion.domain.services.jobs import job_fail
-
     if job.candidate_checkpoint_id is not None:
         registry.checkpoint_retire(session, actor=WORKER_ACTOR,
                                    checkpoint_id=job.candidate_checkpoint_id, reason="re-based")
     job.sets = None
     job.corpus_version_id = None
-    try:
-        job_rebase(session, job_id=job.id, actor=WORKER_ACTOR)
-    except InvalidTransition:
-        # The job table only lets a failed job go back to `queued`: fail it first.
-        job_fail(session, job_id=job.id, error="serving checkpoint moved; re-basing",
-                 actor=WORKER_ACTOR)
-        if job.dead_lettered_at is None:
-            job_rebase(session, job_id=job.id, actor=WORKER_ACTOR)
+    job_rebase(session, job_id=job.id, actor=WORKER_ACTOR)
 
 
 def _grace() -> Any:

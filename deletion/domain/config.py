@@ -255,7 +255,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         batch_window_hours=env_int(env, "BATCH_WINDOW_HOURS", 24, minimum=1),
         deadline_alert_days=env_int_list(env, "DEADLINE_ALERT_DAYS", (7, 2)),
         job_max_attempts=env_int(env, "JOB_MAX_ATTEMPTS", 3, minimum=1),
-        job_stale_minutes=env_int(env, "JOB_STALE_MINUTES", 30, minimum=1),
+        job_stale_minutes=env_int(env, "JOB_STALE_MINUTES", 5, minimum=1),
     )
 
 

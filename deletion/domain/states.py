@@ -71,7 +71,9 @@ JOB_TRANSITIONS: dict[JobStage, frozenset[JobStage]] = {
     },
     # Escalation after a failed verification re-runs unlearning with stronger settings.
     J.VERIFYING: frozenset({J.CERTIFYING, J.UNLEARNING, J.FAILED, J.REJECTED}),
-    # Re-basing: the serving checkpoint moved under the job, so it starts again from it.
+    # Re-basing: the serving checkpoint moved under the job (found when certifying, where
+    # the serving pointer moves, or when promoting), so it starts again from the new one.
+    J.CERTIFYING: frozenset({J.PROMOTING, J.QUEUED, J.FAILED, J.REJECTED}),
     J.PROMOTING: frozenset({J.DONE, J.QUEUED, J.FAILED, J.REJECTED}),
     J.FAILED: frozenset({J.QUEUED, J.REJECTED}),
     J.DONE: frozenset(),
