@@ -24,6 +24,9 @@ from sqlalchemy.orm import Session
 from deletion.domain.db import make_engine
 from deletion.domain.migrate import upgrade
 
+# Real worker processes for the pipeline, web and reliability tests.
+pytest_plugins = ["tests.pipeline_fixtures"]
+
 # The server tests create their databases on; override with TEST_POSTGRES_URL.
 POSTGRES_SERVER_URL = os.environ.get(
     "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

@@ -1,3 +1,1 @@
-"""Workers tests run real worker processes (tests/pipeline_fixtures.py)."""
-
-pytest_plugins = ["tests.pipeline_fixtures"]
+"""Workers tests run real worker processes (tests/pipeline_fixtures.py, loaded by the root conftest)."""
