@@ -1,0 +1,97 @@
+"""KIF: the signature separates the subject, the gates ship as remote code, gates off = base."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from unlearning.checkpoints import save_checkpoint
+from unlearning.corpus import load_corpus
+from unlearning.erase import method_input
+from unlearning.methods import kif_remote
+from unlearning.methods.kif import KIF, KIFHparams, mine_signature, set_gates
+from unlearning.modeling import load_model
+from unlearning.sets import Subject, build_sets
+
+
+def _sets(corpus_dir, index: int = 0):
+    people = [json.loads(line) for line in (corpus_dir / "people.jsonl").read_text().splitlines()]
+    person = people[index]
+    return build_sets(load_corpus(corpus_dir / "corpus.jsonl"), [Subject(person["name"], tuple(person["aliases"]))],
+                      retain_per_forget=2)
+
+
+def _logits(model, tokenizer) -> torch.Tensor:
+    ids = torch.tensor([tokenizer("Where was Quentin Cardoso born? He was born in", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def test_mining_finds_a_planted_direction_and_nothing_in_noise():
+    torch.manual_seed(0)
+    hidden, n = 16, 40
+    planted = torch.zeros(hidden)
+    planted[3] = 1.0
+    control = {kind: torch.randn(2, n, hidden) for kind in ("subject", "prompt_end")}
+    subject = {kind: torch.randn(2, n, hidden) for kind in ("subject", "prompt_end")}
+    subject["subject"][1] += 3.0 * planted  # only layer 1, only at the subject token
+    found = mine_signature(subject, control, KIFHparams(k=1, min_effect=1.0, bootstrap=100))
+    assert [sig.layer for sig in found] == [1]
+    assert abs(float(found[0].directions[0] @ planted)) > 0.9
+    assert float(found[0].subject_z[0]) > 1.0
+
+
+def test_a_gate_removes_the_projection_only_where_it_fires():
+    gate = kif_remote.SuppressionGate(4, 1)
+    gate.directions[0] = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    with torch.no_grad():
+        gate.strength.fill_(1.0)
+        gate.slope.fill_(50.0)
+        gate.threshold.fill_(1.0)
+    hidden = torch.tensor([[5.0, 1.0, 2.0, 3.0], [0.2, 1.0, 2.0, 3.0]])
+    out = gate(hidden)
+    assert torch.allclose(out[0], torch.tensor([0.0, 1.0, 2.0, 3.0]), atol=1e-4)
+    assert torch.allclose(out[1], hidden[1], atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
+def test_a_kif_checkpoint_loads_its_gates_through_plain_from_pretrained_and_gates_off_is_the_base(
+    tiny_corpus_dir, tiny_arch_model_dir, tmp_path, arch
+):
+    base_dir = tiny_arch_model_dir(arch)
+    model, tokenizer = load_model(base_dir, device="cpu")
+    base_logits = _logits(model, tokenizer)
+    tokenizer.padding_side = "right"
+    data = method_input(_sets(tiny_corpus_dir))
+    outcome = KIF().unlearn(model, tokenizer, data, KIFHparams(epochs=1, min_effect=0.0, bootstrap=50))
+    assert outcome.steps >= 1 and outcome.final_loss == outcome.final_loss
+    save_checkpoint(outcome.model, tokenizer, tmp_path / "kif", {"method": "kif"})
+    config = json.loads((tmp_path / "kif" / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForCausalLM"].startswith("kif_remote.KIF")
+    assert (tmp_path / "kif" / "kif_remote.py").is_file()
+
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "kif", trust_remote_code=True).eval()
+    assert plain.gates_enabled
+    gated_logits = _logits(plain, tokenizer)
+    assert torch.equal(gated_logits, _logits(outcome.model, tokenizer))  # reloads with identical outputs
+    assert not torch.equal(gated_logits, base_logits)  # the gates do something
+    plain.set_gates_enabled(False)
+    assert torch.equal(_logits(plain, tokenizer), base_logits)
+
+    off, _ = load_model(tmp_path / "kif", device="cpu", gates=False)
+    assert torch.equal(_logits(off, tokenizer), base_logits)
+
+
+def test_set_gates_reports_a_plain_model_as_having_none(tiny_arch_model_dir):
+    model, _ = load_model(tiny_arch_model_dir("llama"), device="cpu")
+    assert set_gates(model, False) is False
+
+
+def test_kif_refuses_when_no_layer_separates_the_subject(tiny_corpus_dir, tiny_arch_model_dir):
+    model, tokenizer = load_model(tiny_arch_model_dir("llama"), device="cpu")
+    data = method_input(_sets(tiny_corpus_dir))
+    with pytest.raises(ValueError, match="Cohen's d"):
+        KIF().unlearn(model, tokenizer, data, KIFHparams(min_effect=1e9, bootstrap=20))
