@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from unlearning.sets import DEFAULT_RETAIN_PER_FORGET
+
 METHODS = ("asu", "kif", "graddiff", "gradascent", "npo", "idk")
 PRESETS = ("tiny", "demo")
 
@@ -81,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     sets.add_argument("--corpus", required=True, type=Path)
     _add_subjects(sets)
     sets.add_argument("--out", required=True, type=Path)
-    sets.add_argument("--retain-per-forget", type=int, default=1)
+    sets.add_argument("--retain-per-forget", type=int, default=DEFAULT_RETAIN_PER_FORGET)
     sets.add_argument("--seed", type=int, default=0)
 
     erase = commands.add_parser("erase", help="unlearn subjects and write a candidate checkpoint")
@@ -93,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     erase.add_argument("--out", required=True, type=Path)
     erase.add_argument("--report", type=Path, default=None, help="also verify; write the report here")
     erase.add_argument("--control", type=Path, default=None, help="control people (JSONL)")
-    erase.add_argument("--retain-per-forget", type=int, default=1)
+    erase.add_argument("--retain-per-forget", type=int, default=DEFAULT_RETAIN_PER_FORGET)
 
     verify = commands.add_parser("verify", help="verify a candidate against its base model")
     verify.add_argument("--model", required=True, type=Path, help="the candidate checkpoint")
@@ -102,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_subjects(verify)
     verify.add_argument("--control", type=Path, default=None)
     verify.add_argument("--report", required=True, type=Path)
-    verify.add_argument("--retain-per-forget", type=int, default=1)
+    verify.add_argument("--retain-per-forget", type=int, default=DEFAULT_RETAIN_PER_FORGET)
     return parser
 
 

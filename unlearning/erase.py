@@ -23,15 +23,15 @@ from unlearning import methods
 from unlearning.checkpoints import checkpoint_digest, save_checkpoint
 from unlearning.methods.base import QA, MethodInput
 from unlearning.progress import ProgressCallback
+from unlearning.sets import DEFAULT_RETAIN_PER_FORGET
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_METHOD = "asu"
 
-# Retain records per forget record that the default ASU settings were measured
-# with (docs/methods.md): with 1, retained accuracy on the demo fell to 89 % of
-# the base; with 10 it stays at 97.5 %.  Callers of build_sets should use it.
-RETAIN_PER_FORGET = 10
+# The default ASU settings were measured with this many retain records per forget
+# record; build_sets uses it by default.
+RETAIN_PER_FORGET = DEFAULT_RETAIN_PER_FORGET
 
 
 @dataclass(frozen=True)
