@@ -1,0 +1,100 @@
+"""Surface leakage: does the fact's value come out of the model's mouth?
+
+A probe leaks when the normalised value appears, on word boundaries, in the
+normalised generated answer (the exact-match-in-answer criterion of TOFU,
+Maini et al. 2024, arXiv:2401.06121, applied to the value instead of the
+whole answer so that a fluent paraphrase of the fact still counts as a leak).
+Probes cover the original question, held-out paraphrases, alias-only
+questions and cloze prefixes, decoded greedily and by sampling; the same
+probes about control people the model never saw give the chance level.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+_NON_WORD = re.compile(r"[^\w]+")
+
+
+def normalise_text(text: str) -> str:
+    """NFKC, casefold, strip accents, punctuation to spaces, single spaces."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = "".join(
+        ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch)
+    )
+    return " ".join(_NON_WORD.sub(" ", text).split())
+
+
+def contains_value(answer: str, value: str) -> bool:
+    """True when the normalised value occurs in the normalised answer on word boundaries."""
+    needle = normalise_text(value)
+    if not needle:
+        return False
+    return f" {needle} " in f" {normalise_text(answer)} "
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A proportion with its sample size (so thresholds can account for noise)."""
+
+    hits: int
+    n: int
+
+    @property
+    def value(self) -> float:
+        return self.hits / self.n if self.n else 0.0
+
+    @property
+    def variance(self) -> float:
+        """Binomial variance of the estimate; p is floored at 1/(2n) so 0/n still has spread."""
+        if not self.n:
+            return 0.0
+        p = min(max(self.value, 0.5 / self.n), 1 - 0.5 / self.n)
+        return p * (1 - p) / self.n
+
+    def wilson(self, z: float = 1.96) -> tuple[float, float]:
+        """Wilson score interval (reported beside each rate)."""
+        if not self.n:
+            return (0.0, 1.0)
+        p, n = self.value, self.n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def leak_rate(answers: Sequence[Sequence[str]], values: Sequence[str]) -> Rate:
+    """Share of (probe, generation) pairs whose answer contains the probe's value."""
+    hits = n = 0
+    for outputs, value in zip(answers, values, strict=True):
+        for output in outputs:
+            hits += contains_value(output, value)
+            n += 1
+    return Rate(hits, n)
+
+
+def leak_rates_by_kind(
+    kinds: Sequence[str], answers: Sequence[Sequence[str]], values: Sequence[str]
+) -> dict[str, Rate]:
+    """The leak rate of each probe kind (original, paraphrase, alias, cloze, ...)."""
+    out: dict[str, Rate] = {}
+    for kind in sorted(set(kinds)):
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        out[kind] = leak_rate([answers[i] for i in idx], [values[i] for i in idx])
+    return out
+
+
+def diff_stderr(a: Rate, b: Rate) -> float:
+    """Standard error of the difference of two independent proportions."""
+    return math.sqrt(a.variance + b.variance)
+
+
+def flatten(rates: Iterable[Rate]) -> Rate:
+    hits = n = 0
+    for rate in rates:
+        hits += rate.hits
+        n += rate.n
+    return Rate(hits, n)
