@@ -248,7 +248,8 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
         return 0
     from unlearning.verification import verify
 
-    report = verify(args.out, args.model, sets, control=args.control, progress=progress)
+    report = verify(args.out, args.model, sets, control=args.control, corpus=args.corpus,
+                    progress=progress)
     passed = _write_report(report, args.report)
     print(f"verification {'PASSED' if passed else 'FAILED'} -> {args.report}")
     return 0 if passed else 1
@@ -262,7 +263,8 @@ def _cmd_verify(args: argparse.Namespace, progress: Any) -> int:
     sets = _build_sets(args)
     from unlearning.verification import verify
 
-    report = verify(args.model, args.base, sets, control=args.control, progress=progress)
+    report = verify(args.model, args.base, sets, control=args.control, corpus=args.corpus,
+                    progress=progress)
     passed = _write_report(report, args.report)
     print(f"verification {'PASSED' if passed else 'FAILED'} -> {args.report}")
     return 0 if passed else 1
