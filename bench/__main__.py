@@ -1,0 +1,141 @@
+"""`python -m bench run --quick|--full [--only FAMILY ...]` - see bench/__init__.py."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import sys
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.assets import DEFAULT_CACHE, REPO_ROOT, assets_ensure
+from bench.console import Console
+from bench.report import write_report
+from bench.results import measure
+from bench.settings import METHOD_VARIANTS, MODES, BenchSettings
+
+FAMILIES = ("quality", "continual", "cost", "service")
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory, CPU model and accelerator of this machine (for the report header)."""
+    info: dict[str, Any] = {"cores": os.cpu_count(), "platform": platform.platform(),
+                            "python": platform.python_version()}
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        info["memory_gib"] = round(pages * size / 2**30, 1)
+    except (ValueError, OSError):
+        info["memory_gib"] = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    info["torch"] = torch.__version__
+    info["accelerator"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    info["torch_threads"] = torch.get_num_threads()
+    return info
+
+
+def run(settings: BenchSettings, *, families: tuple[str, ...], docs: Path, cache_root: Path,
+        command: str, console: Console) -> dict[str, Any]:
+    """Run the chosen families and write the report; returns the results tree."""
+    started = time.monotonic()
+    work = cache_root / "work" / settings.mode
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"meta": {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "command": command,
+        "mode": settings.mode, "machine": machine(), "settings": settings.to_json(),
+        "families": list(families), "load_average_start": [round(x, 2) for x in os.getloadavg()],
+    }}
+    assets: Any = None
+    if {"quality", "continual", "cost"} & set(families):
+        console.section(f"bench {settings.mode}: assets ({settings.preset} preset)")
+        assets = measure(results["meta"], "assets", lambda: assets_ensure(
+            preset=settings.preset, people=settings.people, cache_root=cache_root, console=console))
+    if isinstance(assets, dict):  # not measured: nothing that needs the model can run
+        reason = {"not_measured": f"no base model: {assets['not_measured']}"}
+        for family in ("quality", "continual", "cost"):
+            if family in families:
+                results[family] = reason
+    elif assets is not None:
+        results["meta"]["base_training"] = assets.base_training
+    if "quality" in families and "quality" not in results:
+        from bench.quality import run_quality
+
+        console.section("quality")
+        measure(results, "quality", lambda: run_quality(settings, assets, work=work / "quality",
+                                                         cache_root=cache_root, console=console))
+    if "continual" in families and "continual" not in results:
+        from bench.continual import run_continual
+
+        console.section("continual")
+        measure(results, "continual", lambda: run_continual(settings, assets, work=work / "continual",
+                                                             console=console))
+    if "cost" in families and "cost" not in results:
+        from bench.cost import run_cost
+
+        console.section("cost")
+        measure(results, "cost", lambda: run_cost(settings, assets, work=work / "cost", console=console))
+    if "service" in families:
+        from bench.service import run_service
+
+        console.section("service")
+        measure(results, "service", lambda: run_service(settings, work=work / "service", console=console))
+    results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
+    md, js = write_report(results, docs=docs)
+    console.say(f"wrote {md} and {js}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    go = sub.add_parser("run", help="run the benchmarks and write docs/benchmarks.md")
+    size = go.add_mutually_exclusive_group(required=True)
+    size.add_argument("--quick", action="store_const", const="quick", dest="mode",
+                      help="a few minutes: tiny preset, one seed, short load tests")
+    size.add_argument("--full", action="store_const", const="full", dest="mode",
+                      help="about 45 minutes on 2 cores: demo preset, 3 forget sizes x 3 seeds")
+    go.add_argument("--only", nargs="+", choices=FAMILIES, default=list(FAMILIES),
+                    help="run only these families (the report says the others were not run)")
+    go.add_argument("--docs", type=Path, default=REPO_ROOT / "docs", help="where the report goes")
+    go.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                    help="models and corpora reused between runs (default var/bench)")
+    go.add_argument("--seeds", type=int, help="override the number of seeds (quality)")
+    go.add_argument("--fractions", type=float, nargs="+", help="override the forget fractions, e.g. 0.05 0.1")
+    go.add_argument("--methods", nargs="+", choices=[v.label for v in METHOD_VARIANTS],
+                    help="override the methods of the quality benchmark")
+    go.add_argument("--threads", type=int,
+                    help="torch CPU threads (default: torch's own choice, one per core)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("bench").setLevel(logging.INFO)
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    settings = MODES[args.mode]
+    if args.seeds is not None:
+        settings = replace(settings, seeds=tuple(range(args.seeds)))
+    if args.fractions:
+        settings = replace(settings, forget_fractions=tuple(args.fractions))
+    if args.methods:
+        settings = replace(settings, methods=tuple(v for v in METHOD_VARIANTS if v.label in args.methods))
+    run(settings, families=tuple(f for f in FAMILIES if f in args.only), docs=args.docs,
+        cache_root=args.cache, command=command, console=Console())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

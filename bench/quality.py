@@ -1,0 +1,162 @@
+"""Quality benchmark: every method and the retrain oracle, side by side (issue 7 item 1).
+
+For each forget fraction (nested sets of people, as TOFU's forget01/05/10)
+and each seed (method seed, retain sampling and verification sampling), run
+every method from the same base model, verify the candidate with the
+service's own verification suite and default policy, and add TOFU's forget
+quality (truth ratios versus the retrain oracle) and model utility.  The
+retrain oracle is trained once per fraction (TOFU also has one retain model
+per split) and verified like a candidate for every seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import tofu
+from bench.assets import Assets, forget_people, oracle_ensure
+from bench.console import Console
+from bench.engine import erase_timed, sets_for, verify_timed
+from bench.results import is_missing, measure
+from bench.settings import BenchSettings, MethodVariant
+
+logger = logging.getLogger(__name__)
+
+ORACLE = "retrain-oracle"
+BASE = "base (no erasure)"
+
+
+def _records_of(corpus: Any, people: Sequence[dict[str, Any]]) -> list[Any]:
+    ids = {p["person_id"] for p in people}
+    return [r for r in corpus.records if r.is_qa and (r.meta or {}).get("person") in ids]
+
+
+def retained_facts(corpus: Any, assets: Assets, settings: BenchSettings) -> list[tofu.Fact]:
+    """A fixed sample of facts about people no fraction ever forgets (model utility)."""
+    everyone = assets.people()
+    never = [p for p in everyone
+             if p["person_id"] not in {q["person_id"] for q in forget_people(everyone, max(settings.forget_fractions))}]
+    records = _records_of(corpus, never)
+    records = random.Random(0).sample(records, min(settings.utility_facts, len(records)))
+    return tofu.facts_of(records, everyone + assets.control_people(), perturbed=settings.tofu_perturbed)
+
+
+def _run_row(label: str, fraction: float, seed: int, report: dict[str, Any], verify_s: float,
+             tofu_eval: dict[str, Any], oracle_ratios: Sequence[float], **extra: Any) -> dict[str, Any]:
+    ratios = np.asarray(tofu_eval["forget_truth_ratios"])
+    return {
+        "method": label, "fraction": fraction, "seed": seed, "verify_s": round(verify_s, 2),
+        "passed": report["passed"], "guarantee": report["guarantee"],
+        "failed_checks": [c["name"] for c in report["checks"] if c.get("decides_pass", True) and not c["passed"]],
+        "metrics": report["metrics"],
+        "tofu": {"forget_quality": tofu.forget_quality(ratios, np.asarray(oracle_ratios)),
+                 "forget_truth_ratio_median": float(np.median(ratios)),
+                 "forget_probability": tofu_eval["forget_probability"],
+                 "model_utility": tofu_eval["model_utility"],
+                 "utility_parts": {k: tofu_eval[k] for k in ("probability", "truth_ratio_score", "rouge_l")}},
+        **extra,
+    }
+
+
+def _one_method(variant: MethodVariant, *, fraction: float, seed: int, sets: Any, assets: Assets,
+                forget: Sequence[tofu.Fact], retain: Sequence[tofu.Fact],
+                oracle_ratios: Sequence[float], work: Path, console: Console) -> dict[str, Any]:
+    tag = f"{variant.label} {fraction:.0%} seed {seed}"
+    out = work / f"{variant.label}-{fraction}-{seed}"
+    result = erase_timed(assets.base_dir, sets, method=variant.method,
+                         hparams={**variant.overrides, "seed": seed}, out_dir=out,
+                         console=console, label=f"erase {tag}")
+    report, verify_s = verify_timed(out, assets, sets, seed=seed, console=console, label=f"verify {tag}")
+    row = _run_row(variant.label, fraction, seed, report, verify_s, tofu.evaluate(out, forget, retain),
+                   oracle_ratios, erase_s=round(result.seconds, 2), steps=result.steps)
+    shutil.rmtree(out, ignore_errors=True)  # candidates are large and never reused
+    console.say(f"{tag}: passed={row['passed']} leak={row['metrics'].get('leakage.forget')} "
+                f"FQ={row['tofu']['forget_quality']:.3g} MU={row['tofu']['model_utility']:.3f}")
+    return row
+
+
+def run_quality(settings: BenchSettings, assets: Assets, *, work: Path, cache_root: Path,
+                console: Console) -> dict[str, Any]:
+    from unlearning.corpus import load_corpus
+
+    corpus = load_corpus(assets.corpus_file)
+    everyone = assets.people()
+    pools = everyone + assets.control_people()
+    retain = retained_facts(corpus, assets, settings)
+    runs: list[dict[str, Any]] = []
+    references: dict[str, Any] = {}
+    for fraction in settings.forget_fractions:
+        forgotten = forget_people(everyone, fraction)
+        forget = tofu.facts_of(_records_of(corpus, forgotten), pools, perturbed=settings.tofu_perturbed)
+        console.section(f"quality: forget {fraction:.0%} ({len(forgotten)} people, {len(forget)} facts)")
+        oracle_dir, oracle_training = oracle_ensure(assets, forgotten, cache_root=cache_root, console=console)
+        oracle_eval = tofu.evaluate(oracle_dir, forget, retain)
+        base_eval = tofu.evaluate(assets.base_dir, forget, retain)
+        oracle_ratios = oracle_eval["forget_truth_ratios"]
+        references[f"{fraction}"] = {
+            "people": len(forgotten), "forget_facts": len(forget), "retain_facts": len(retain),
+            "oracle_training": oracle_training,
+            "base": {"forget_quality": tofu.forget_quality(np.asarray(base_eval["forget_truth_ratios"]),
+                                                           np.asarray(oracle_ratios)),
+                     "model_utility": base_eval["model_utility"],
+                     "forget_probability": base_eval["forget_probability"]},
+        }
+        for seed in settings.seeds:
+            sets = sets_for(corpus, forgotten, seed=seed)
+            holder: dict[str, Any] = {}
+            report = measure(holder, "oracle", partial(
+                verify_timed, oracle_dir, assets, sets, seed=seed, console=console,
+                label=f"verify oracle {fraction:.0%} seed {seed}"))
+            if not is_missing(report):
+                runs.append(_run_row(ORACLE, fraction, seed, report[0], report[1], oracle_eval, oracle_ratios))
+            for variant in settings.methods:
+                row = measure(holder, variant.label, partial(
+                    _one_method, variant, fraction=fraction, seed=seed, sets=sets, assets=assets,
+                    forget=forget, retain=retain, oracle_ratios=oracle_ratios, work=work, console=console))
+                if is_missing(row):
+                    runs.append({"method": variant.label, "fraction": fraction, "seed": seed, **row})
+                else:
+                    runs.append(row)
+    return {"runs": runs, "references": references, "summary": summarise(runs)}
+
+
+def _stats(values: Sequence[float]) -> dict[str, float] | None:
+    finite = [float(v) for v in values if v is not None and np.isfinite(v)]
+    if not finite:
+        return None
+    spread = float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0
+    return {"mean": float(np.mean(finite)), "sd": spread, "n": len(finite)}
+
+
+def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and spread over seeds of every metric, per (fraction, method)."""
+    groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["fraction"], run["method"]), []).append(run)
+    summary = []
+    for (fraction, method), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        ok = [r for r in group if "metrics" in r]
+        entry: dict[str, Any] = {"fraction": fraction, "method": method, "runs": len(group),
+                                 "measured": len(ok), "passed": sum(bool(r["passed"]) for r in ok)}
+        if len(ok) < len(group):
+            entry["not_measured"] = sorted({r.get("not_measured", "") for r in group if "metrics" not in r})
+        names = sorted({k for r in ok for k in r["metrics"]})
+        entry["metrics"] = {k: _stats([r["metrics"].get(k) for r in ok]) for k in names}
+        entry["tofu"] = {k: _stats([r["tofu"][k] for r in ok])
+                         for k in ("forget_quality", "model_utility", "forget_truth_ratio_median")} if ok else {}
+        entry["seconds"] = {k: _stats([r[k] for r in ok if k in r]) for k in ("erase_s", "verify_s")}
+        failed: dict[str, int] = {}
+        for run in ok:
+            for name in run.get("failed_checks", ()):
+                failed[name] = failed.get(name, 0) + 1
+        entry["failed_checks"] = failed
+        summary.append(entry)
+    return summary

@@ -1,0 +1,249 @@
+"""Service benchmark (issue 7 item 4): the request-creation API under load, and the audit chain.
+
+API: gunicorn serving deletion.wsgi on a fresh PostgreSQL database, loaded
+with ``wrk`` for the same number of seconds and connections on
+``POST /api/v1/requests`` (a new subject per request, so every call writes a
+request, its blind index rows and an audit event) and on ``GET /healthz``
+(the same stack's trivial endpoint: one ``SELECT 1``).
+
+Audit chain: ``n`` valid, chained events are generated with the domain's own
+hash function and bulk-loaded with COPY, then ``audit_verify`` walks them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.assets import REPO_ROOT
+from bench.console import Console
+from bench.results import measure
+from bench.settings import BenchSettings
+
+logger = logging.getLogger(__name__)
+
+POSTGRES_SERVER_URL = os.environ.get("BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+WRK = shutil.which("wrk") or "/usr/bin/wrk"
+
+CREATE_LUA = """
+counter = 0
+request = function()
+  counter = counter + 1
+  local body = string.format('{"name": "Bench Subject %%d-%%d", "ground": "17(1)(b)", '
+    .. '"received_at": "2026-11-01", "model_name": "%(model)s", "priority": "batch"}',
+    counter, math.random(1, 1000000000))
+  return wrk.format("POST", "/api/v1/requests", {["Content-Type"] = "application/json",
+    ["Authorization"] = "Bearer %(token)s", ["Host"] = "127.0.0.1"}, body)
+end
+"""
+
+
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """A new, empty PostgreSQL database (dropped afterwards); yields its SQLAlchemy URL."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    server = make_url(POSTGRES_SERVER_URL)
+    name = f"erasure_bench_{uuid.uuid4().hex[:10]}"
+
+    def admin() -> Any:
+        return psycopg.connect(host=server.host, port=server.port or 5432, user=server.username,
+                               password=server.password, dbname=server.database or "postgres",
+                               autocommit=True, connect_timeout=5)
+
+    with admin() as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin() as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with status {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"gunicorn did not answer {url} within {timeout:.0f} s")
+
+
+_LATENCY = re.compile(r"^\s+(50|75|90|99)(?:\.000)?%\s+([0-9.]+)(us|ms|s)\s*$", re.M)
+_UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def parse_wrk(text: str) -> dict[str, Any]:
+    """Requests/s, latency percentiles (ms), request and non-2xx counts from `wrk --latency`."""
+    rate = re.search(r"Requests/sec:\s+([0-9.]+)", text)
+    total = re.search(r"(\d+) requests in", text)
+    if rate is None or total is None:
+        raise ValueError(f"unexpected wrk output: {text[-300:]!r}")
+    latency = {f"p{p}_ms": float(v) * _UNIT[u] for p, v, u in _LATENCY.findall(text)}
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    errors = re.search(r"Socket errors:(.*)", text)
+    return {"requests_per_s": float(rate.group(1)), "requests": int(total.group(1)), **latency,
+            "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+            "socket_errors": errors.group(1).strip() if errors else None}
+
+
+def _wrk(url: str, *, seconds: int, connections: int, script: Path | None = None) -> dict[str, Any]:
+    command = [WRK, "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "10s"]
+    if script is not None:
+        command += ["-s", str(script)]
+    done = subprocess.run([*command, url], capture_output=True, text=True, timeout=seconds + 60, check=True)
+    return parse_wrk(done.stdout)
+
+
+def api_throughput(settings: BenchSettings, *, work: Path, console: Console) -> dict[str, Any]:
+    if not Path(WRK).is_file():
+        raise FileNotFoundError("wrk is not installed")
+    work.mkdir(parents=True, exist_ok=True)
+    with fresh_database() as url:
+        var = work / "api-var"
+        shutil.rmtree(var, ignore_errors=True)
+        env = {**os.environ, "DATABASE_URL": url, "VAR_DIR": str(var), "DEBUG": "0",
+               "ALLOWED_HOSTS": "127.0.0.1,localhost", "DJANGO_SETTINGS_MODULE": "deletion.settings"}
+        with console.task("migrate a fresh PostgreSQL database"):
+            subprocess.run([sys.executable, "manage.py", "migrate_all"], cwd=REPO_ROOT, env=env, check=True,
+                           capture_output=True, timeout=300)
+            setup = subprocess.run([sys.executable, "-m", "bench.service_setup"], cwd=REPO_ROOT, env=env,
+                                   check=True, capture_output=True, text=True, timeout=120)
+        ids = json.loads(setup.stdout.strip().splitlines()[-1])
+        script = work / "create_request.lua"
+        script.write_text(CREATE_LUA % ids, encoding="utf-8")
+        port = _free_port()
+        gunicorn = shutil.which("gunicorn", path=str(Path(sys.executable).parent)) or "gunicorn"
+        log = (work / "gunicorn.log").open("wb")
+        process = subprocess.Popen(
+            [gunicorn, "deletion.wsgi:application", "-w", str(settings.gunicorn_workers), "-b", f"127.0.0.1:{port}",
+             "--log-level", "warning"],
+            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _wait_ready(base + "/healthz", process)
+            out: dict[str, Any] = {"gunicorn_workers": settings.gunicorn_workers, "seconds": settings.wrk_seconds,
+                                   "connections": settings.wrk_connections}
+            with console.task(f"wrk GET /healthz ({settings.wrk_seconds} s)"):
+                out["trivial"] = _wrk(base + "/healthz", seconds=settings.wrk_seconds,
+                                      connections=settings.wrk_connections)
+            with console.task(f"wrk POST /api/v1/requests ({settings.wrk_seconds} s)"):
+                out["create_request"] = _wrk(base + "/api/v1/requests", seconds=settings.wrk_seconds,
+                                             connections=settings.wrk_connections, script=script)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            log.close()
+        out["create_request"]["rows_written"] = _count_requests(url)
+        shutil.rmtree(var, ignore_errors=True)
+    if out["create_request"]["non_2xx"]:
+        logger.warning("%s request-creation calls were refused", out["create_request"]["non_2xx"])
+    return out
+
+
+def _count_requests(url: str) -> int:
+    from sqlalchemy import func, select
+
+    from deletion.domain.db import make_engine
+    from deletion.domain.models import ErasureRequest
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(select(func.count()).select_from(ErasureRequest)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _chained_rows(n: int) -> Iterator[tuple[Any, ...]]:
+    from deletion.domain.audit import audit_event_hash
+    from deletion.domain.canonical import GENESIS_HASH, canonical_json
+
+    prev = GENESIS_HASH
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    actions = ("request.submitted", "request.approved", "job.stage", "certificate.issued")
+    for seq in range(1, n + 1):
+        at = start + timedelta(seconds=seq)
+        action = actions[seq % len(actions)]
+        details = canonical_json({"n": seq, "ref": f"ER-2026-{seq:08d}"})
+        digest = audit_event_hash(seq=seq, at=at, actor="system:bench", action=action, object_type="request",
+                                  object_ref=f"ER-2026-{seq:08d}", details=details, prev_hash=prev)
+        yield (seq, at, "system:bench", action, "request", f"ER-2026-{seq:08d}", details, prev, digest)
+        prev = digest
+
+
+def audit_chain(settings: BenchSettings, *, console: Console) -> dict[str, Any]:
+    import psycopg
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.orm import Session
+
+    from deletion.domain.audit import audit_verify
+    from deletion.domain.db import make_engine
+    from deletion.domain.migrate import upgrade
+
+    n = settings.audit_events
+    with fresh_database() as url:
+        upgrade(url)
+        u = make_url(url)
+        with console.task(f"write {n:,} chained audit events"):
+            started = time.perf_counter()
+            with psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, password=u.password,
+                                 dbname=u.database) as connection:
+                last = ("", "")
+                with connection.cursor() as cursor, cursor.copy(
+                        "COPY audit_events (seq, at, actor, action, object_type, object_ref, details, prev_hash, hash)"
+                        " FROM STDIN") as copy:
+                    for row in _chained_rows(n):
+                        copy.write_row(row)
+                        last = (row[0], row[-1])
+                connection.execute("INSERT INTO chain_heads (name, seq, hash) VALUES ('audit', %s, %s)", last)
+                connection.commit()
+            write_s = time.perf_counter() - started
+        engine = make_engine(url)
+        try:
+            with console.task(f"audit_verify over {n:,} events"), Session(engine) as session:
+                started = time.perf_counter()
+                verdict = audit_verify(session)
+                verify_s = time.perf_counter() - started
+        finally:
+            engine.dispose()
+    if verdict.checked != n:
+        raise RuntimeError(f"audit_verify checked {verdict.checked} of {n} events: {verdict.reason}")
+    return {"events": n, "ok": verdict.ok, "reason": verdict.reason, "write_s": write_s, "verify_s": verify_s,
+            "events_per_s": n / verify_s, "backend": "postgresql"}
+
+
+def run_service(settings: BenchSettings, *, work: Path, console: Console) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    measure(out, "api", lambda: api_throughput(settings, work=work, console=console))
+    measure(out, "audit", lambda: audit_chain(settings, console=console))
+    return out

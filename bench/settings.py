@@ -1,0 +1,73 @@
+"""How big each benchmark is: `--quick` (a few minutes) and `--full` (about 45 minutes on 2 cores)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MethodVariant:
+    """One row of the quality table: an engine method with hyper-parameter overrides."""
+
+    label: str
+    method: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+# The issue's line-up: ASU with both retain losses, KIF, and open-unlearning's core baselines.
+# Every other hyper-parameter is the method's own default (docs/methods.md).
+METHOD_VARIANTS: tuple[MethodVariant, ...] = (
+    MethodVariant("asu-kl", "asu", {"retain_loss": "kl"}),
+    MethodVariant("asu-gd", "asu", {"retain_loss": "gd"}),
+    MethodVariant("kif", "kif"),
+    MethodVariant("gradascent", "gradascent"),
+    MethodVariant("graddiff", "graddiff"),
+    MethodVariant("npo", "npo"),
+    MethodVariant("idk", "idk"),
+)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    mode: str
+    preset: str  # train_base preset of the base model and of the retrain oracle
+    people: int  # people in the demo corpus (workers.bootstrap uses the same counts)
+    forget_fractions: tuple[float, ...]
+    seeds: tuple[int, ...]
+    methods: tuple[MethodVariant, ...]
+    tofu_perturbed: int  # perturbed answers per fact for the truth ratio
+    utility_facts: int  # retained facts scored for TOFU-style model utility
+    continual_requests: int
+    continual_method: str
+    cost_epochs: int  # epochs of the timed step-cost runs
+    batching_subjects: int
+    scan_megabytes: float
+    scan_subjects: tuple[int, ...]
+    pipeline_timeout_s: float
+    wrk_seconds: int
+    wrk_connections: int
+    gunicorn_workers: int
+    audit_events: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+QUICK = BenchSettings(
+    mode="quick", preset="tiny", people=24, forget_fractions=(0.1,), seeds=(0,),
+    methods=METHOD_VARIANTS, tofu_perturbed=4, utility_facts=60,
+    continual_requests=3, continual_method="asu", cost_epochs=2, batching_subjects=6,
+    scan_megabytes=5.0, scan_subjects=(1, 20), pipeline_timeout_s=420.0,
+    wrk_seconds=3, wrk_connections=4, gunicorn_workers=2, audit_events=20_000,
+)
+
+FULL = BenchSettings(
+    mode="full", preset="demo", people=200, forget_fractions=(0.01, 0.05, 0.10), seeds=(0, 1, 2),
+    methods=METHOD_VARIANTS, tofu_perturbed=5, utility_facts=200,
+    continual_requests=10, continual_method="asu", cost_epochs=2, batching_subjects=20,
+    scan_megabytes=100.0, scan_subjects=(1, 100), pipeline_timeout_s=600.0,
+    wrk_seconds=15, wrk_connections=8, gunicorn_workers=2, audit_events=1_000_000,
+)
+
+MODES = {"quick": QUICK, "full": FULL}

@@ -1,0 +1,166 @@
+"""A smoke version of the benchmarks that fits inside `make test` (the real bench never does).
+
+The report writer on a results tree shaped like a real run's, the TOFU
+metrics and the wrk parser on known inputs, and one real cost ratio (ASU
+step / plain fine-tuning step) on a tiny model built from a config.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench import tofu
+from bench.assets import Assets, forget_people
+from bench.console import Console
+from bench.quality import summarise
+from bench.report import write_report
+from bench.results import is_missing, measure, not_measured
+from bench.service import parse_wrk
+from bench.settings import QUICK
+
+WRK_OUTPUT = """Running 3s test @ http://127.0.0.1:8000/healthz
+  2 threads and 4 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     7.12ms    8.10ms  60.01ms   90.00%
+    Req/Sec   250.10     40.00   300.00     70.00%
+  Latency Distribution
+     50%    5.70ms
+     75%    8.00ms
+     90%   15.00ms
+     99%    1.20s
+  1504 requests in 3.02s, 300.00KB read
+  Non-2xx or 3xx responses: 3
+Requests/sec:    497.90
+Transfer/sec:     99.00KB
+"""
+
+
+def _run(method: str, seed: int, leak: float, utility: float, passed: bool) -> dict:
+    return {"method": method, "fraction": 0.05, "seed": seed, "passed": passed, "guarantee": "weights",
+            "erase_s": 2.0 + seed, "verify_s": 5.0,
+            "metrics": {"leakage.forget": leak, "utility.retain_ratio": utility, "mia.auc": float("nan")},
+            "tofu": {"forget_quality": 0.5 * leak + 0.01, "model_utility": utility,
+                     "forget_truth_ratio_median": 0.9}}
+
+
+def test_it_summarises_every_metric_with_mean_and_spread_over_seeds() -> None:
+    runs = [_run("asu-kl", 0, 0.1, 0.9, True), _run("asu-kl", 1, 0.3, 0.8, False),
+            {"method": "kif", "fraction": 0.05, "seed": 0, **not_measured("ValueError: boom")}]
+    summary = {e["method"]: e for e in summarise(runs)}
+    asu = summary["asu-kl"]
+    assert asu["metrics"]["leakage.forget"]["mean"] == pytest.approx(0.2)
+    assert asu["metrics"]["leakage.forget"]["sd"] == pytest.approx(np.std([0.1, 0.3], ddof=1))
+    assert asu["metrics"]["mia.auc"] is None  # NaN everywhere: no figure rather than NaN
+    assert (asu["passed"], asu["measured"]) == (1, 2)
+    assert summary["kif"]["measured"] == 0 and summary["kif"]["not_measured"] == ["ValueError: boom"]
+
+
+def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Path) -> None:
+    runs = [_run("asu-kl", s, 0.1 + 0.05 * s, 0.95, True) for s in range(2)]
+    runs += [_run("graddiff", s, 0.3, 0.6, False) for s in range(2)]
+    results = {
+        "meta": {"date": "2026-11-29 18:00 UTC", "command": "python -m bench run --quick", "mode": "quick",
+                 "machine": {"cores": 2, "memory_gib": 23.5}, "duration_s": 12.0},
+        "quality": {"runs": runs, "summary": summarise(runs),
+                    "references": {"0.05": {"people": 10, "forget_facts": 110, "base": {"model_utility": 0.7}}}},
+        "continual": {"method": "asu", "steps": [
+            {"step": 1, "passed": True, "cumulative_leakage": 0.1, "control_leakage": 0.07, "retain_ratio": 0.98,
+             "model_utility": 0.7, "well_formed": 0.97, "leakage_forget": 0.1},
+            {"step": 2, **not_measured("RuntimeError: the worker died")}]},
+        "cost": {"step_time": {"ratios": {"asu_cached_gd": 1.02}, "per_step_s": {"asu_cached_gd": 0.02, "plain": 0.0196}},
+                 "batching": not_measured("FileNotFoundError: no model")},
+        "service": not_measured("OperationalError: PostgreSQL is down"),
+    }
+    measure(results["cost"], "scan", lambda: 1 / 0)
+    md_path, json_path = write_report(results, docs=tmp_path)
+    md = md_path.read_text(encoding="utf-8")
+    assert "not measured: FileNotFoundError: no model" in md
+    assert "not measured: RuntimeError: the worker died" in md
+    assert "not measured: ZeroDivisionError" in md
+    assert "Not measured: OperationalError: PostgreSQL is down" in md
+    assert "0.125 ± 0.035" in md  # asu-kl forget leakage over its two seeds
+    assert (tmp_path / "bench" / "quality_tradeoff.png").stat().st_size > 10_000
+    assert (tmp_path / "bench" / "continual.png").stat().st_size > 10_000
+    stored = json.loads(json_path.read_text(encoding="utf-8"))  # strict JSON: NaN became null
+    assert stored["quality"]["runs"][0]["metrics"]["mia.auc"] is None
+    assert is_missing(stored["cost"]["scan"])
+
+
+def test_it_reads_throughput_and_p99_from_wrk() -> None:
+    parsed = parse_wrk(WRK_OUTPUT)
+    assert parsed["requests_per_s"] == 497.9
+    assert parsed["requests"] == 1504 and parsed["non_2xx"] == 3
+    assert parsed["p50_ms"] == pytest.approx(5.7) and parsed["p99_ms"] == pytest.approx(1200.0)
+
+
+def test_forget_quality_is_high_for_alike_distributions_and_low_for_different_ones() -> None:
+    rng = np.random.default_rng(0)
+    oracle = rng.uniform(0.8, 1.2, 200)
+    assert tofu.forget_quality(rng.uniform(0.8, 1.2, 200), oracle) > 0.05
+    assert tofu.forget_quality(rng.uniform(0.0, 0.2, 200), oracle) < 1e-6
+    assert tofu.rouge_l_recall("she was born in Lisbon", "She was born in Lisbon.") == pytest.approx(0.8)
+
+
+@pytest.fixture(scope="module")
+def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> Assets:
+    """A demo corpus of 8 people and a RANDOM tiny Llama (step cost needs no trained model)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from unlearning.checkpoints import save_checkpoint
+    from unlearning.corpus import load_corpus
+    from unlearning.demo_corpus import write_demo_corpus
+    from unlearning.tokenizer import train_tokenizer
+
+    corpus_dir = tmp_path_factory.mktemp("corpus")
+    write_demo_corpus(corpus_dir, people=8, seed=0)
+    corpus = load_corpus(corpus_dir / "corpus.jsonl")
+    tokenizer = train_tokenizer([t for r in corpus.records for t in (r.question, r.answer, r.text) if t],
+                                vocab_size=512)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id))
+    base_dir = tmp_path_factory.mktemp("base")
+    save_checkpoint(model.eval(), tokenizer, base_dir, {"method": "random_init", "seeds": {"seed": 0}})
+    return Assets(corpus_dir=corpus_dir, base_dir=base_dir, preset="tiny", base_training={})
+
+
+def test_truth_ratios_are_finite_and_perturbed_answers_differ_only_in_the_value(tiny_assets: Assets) -> None:
+    from unlearning.corpus import load_corpus
+    from unlearning.modeling import load_model
+
+    people = tiny_assets.people()
+    gone = {p["person_id"] for p in forget_people(people, 0.25)}
+    records = [r for r in load_corpus(tiny_assets.corpus_file).records if (r.meta or {}).get("person") in gone]
+    facts = tofu.facts_of(records, people, perturbed=3)
+    assert len(facts) == len(records)  # every fact has a value found in its answer
+    for fact in facts:
+        assert fact.answer not in fact.perturbed and len(fact.perturbed) == 3
+    ratios, probability = tofu.truth_ratios(*load_model(tiny_assets.base_dir), facts)
+    assert np.isfinite(ratios).all() and ((probability > 0) & (probability <= 1)).all()
+
+
+def test_a_cached_asu_step_costs_less_than_an_online_one(tiny_assets: Assets, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from bench.cost import step_time
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread is steadier on a shared machine
+    try:
+        result = step_time(replace(QUICK, forget_fractions=(0.25,), cost_epochs=2), tiny_assets,
+                           work=tmp_path, console=Console(quiet=True))
+    finally:
+        torch.set_num_threads(threads)
+    ratios = result["ratios"]
+    assert set(ratios) == {"asu_online_gd", "asu_cached_gd", "asu_online_kl", "asu_cached_kl"}
+    assert all(r > 0 for r in ratios.values())
+    # Online KL runs two more frozen forwards per step than the cached variant.
+    assert ratios["asu_online_kl"] > ratios["asu_cached_kl"]
