@@ -161,8 +161,8 @@ def test_verify_passes_the_built_sets_to_the_verifier_and_exits_1_when_it_fails(
         def to_json(self) -> dict:
             return {"passed": False, "metrics": {"leakage.forget": 1.0}}
 
-    def fake_verify(candidate, base, sets, *, control=None, progress=None):
-        seen.update(candidate=candidate, base=base, sets=sets, control=control)
+    def fake_verify(candidate, base, sets, *, control=None, corpus=None, progress=None):
+        seen.update(candidate=candidate, base=base, sets=sets, control=control, corpus=corpus)
         return FakeReport()
 
     monkeypatch.setattr(verification, "verify", fake_verify)
@@ -178,3 +178,4 @@ def test_verify_passes_the_built_sets_to_the_verifier_and_exits_1_when_it_fails(
     assert json.loads((tmp_path / "report.json").read_text())["passed"] is False
     assert len(seen["sets"].forget) == 11 and seen["sets"].subjects[0].aliases == tuple(person["aliases"])
     assert seen["control"] == tiny_corpus_dir / "control.jsonl"
+    assert seen["corpus"] == tiny_corpus_dir / "corpus.jsonl"  # the latent probes train on it

