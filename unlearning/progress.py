@@ -58,9 +58,14 @@ class ProgressTracker:
 @contextmanager
 def progress_bar(*, enabled: bool = True) -> Iterator[ProgressCallback]:
     """A callback that drives one tqdm bar per stage on stderr (for the CLI only)."""
+    import sys
+
     from tqdm import tqdm
 
     bars: dict[str, tqdm] = {}
+    # On a terminal the bar redraws in place; in a log file every redraw is a new
+    # chunk of text, so draw at most every 10 s there.
+    interval = 0.1 if sys.stderr.isatty() else 10.0
 
     def callback(progress: Progress) -> None:
         if not enabled:
@@ -70,12 +75,12 @@ def progress_bar(*, enabled: bool = True) -> Iterator[ProgressCallback]:
             for other in bars.values():
                 other.close()
             bar = bars[progress.stage] = tqdm(
-                total=progress.total, desc=progress.stage, unit="step", leave=True
+                total=progress.total, desc=progress.stage, unit="step", leave=True,
+                mininterval=interval,
             )
         if bar.total != progress.total:
             bar.total = progress.total
-        bar.n = progress.step
-        bar.refresh()
+        bar.update(progress.step - bar.n)  # update() honours mininterval; refresh() would not
 
     try:
         yield callback
