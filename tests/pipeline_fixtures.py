@@ -165,15 +165,19 @@ class RunningPipeline:
     @staticmethod
     def _job_closed(session_scope: Any, engine: Any, reference: str) -> bool:
         """The request's job has left the pipeline (`promote` closes it just after the
-        certify transaction completed the request)."""
+        certify transaction completed the request, or the job was dead-lettered)."""
         from deletion.domain.models import ErasureRequest, Job
 
         with session_scope(engine) as session:
             request_id = session.scalar(select(ErasureRequest.id)
                                         .where(ErasureRequest.reference == reference))
-            stage = session.scalar(select(Job.stage).where(Job.requests.any(id=request_id))
-                                   .order_by(Job.id.desc()).limit(1))
-        return stage in (None, "done", "rejected")
+            job = session.execute(select(Job.stage, Job.dead_lettered_at)
+                                  .where(Job.requests.any(id=request_id))
+                                  .order_by(Job.id.desc()).limit(1)).first()
+        if job is None:
+            return True
+        # Done, rejected, or failed for good (dead-lettered): nothing will move it again.
+        return job.stage in ("done", "rejected") or job.dead_lettered_at is not None
 
     def stop_child(self, name: str, *, sig: int = signal.SIGTERM) -> None:
         child = self.children.pop(name)

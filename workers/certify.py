@@ -61,6 +61,8 @@ def certify_and_promote(session: Session, *, job: Job, report: Mapping[str, Any]
         raise RuntimeError(f"job {job.id} reached certification without a candidate")
     base = session.get_one(Checkpoint, job.base_checkpoint_id)
     candidate = session.get_one(Checkpoint, job.candidate_checkpoint_id)
+    # The certificate names the candidate's digest: it must be the bytes that will serve.
+    registry.checkpoint_check_files(candidate)
     version = session.get_one(CorpusVersion, job.corpus_version_id)
     corpus = session.get_one(Corpus, version.corpus_id)
     now = utcnow()

@@ -248,6 +248,9 @@ def stage_unlearn(job_id: int, *, resume: bool = False) -> None:
             return
         job = session.get_one(Job, job_id)
         base = session.get_one(Checkpoint, job.base_checkpoint_id)
+        if job.candidate_checkpoint_id is None:
+            # Never unlearn from bytes nobody registered (a serving checkpoint that changed).
+            registry.checkpoint_check_files(base)
         plan = _UnlearnPlan(
             job_id=job_id, model_name=job.model.name, base_dir=Path(base.directory),
             base_version=base.version, base_id=base.id, method=job.method,

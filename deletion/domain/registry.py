@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from deletion.domain import config
 from deletion.domain.audit import audit_append
 from deletion.domain.canonical import canonical_time, sha256_hex
-from deletion.domain.errors import DomainError, NotFound, ValidationError
+from deletion.domain.errors import DomainError, NotFound, PermanentJobError, ValidationError
 from deletion.domain.models import (
     Certificate,
     Checkpoint,
@@ -68,6 +68,29 @@ def _file_sha256(path: Path) -> str:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class CheckpointCorrupted(PermanentJobError):
+    """A checkpoint's files no longer hash to the digest it was registered with."""
+
+
+def checkpoint_check_files(checkpoint: Checkpoint) -> None:
+    """Raise ``CheckpointCorrupted`` unless the files still match the registered digest.
+
+    Called before a checkpoint is unlearned from (the base) and before one is
+    certified and promoted (the candidate): a certificate must name the bytes that
+    serve, and a job must not start from bytes nobody registered.  A missing
+    directory counts as corrupted.
+    """
+    try:
+        actual = checkpoint_digest(checkpoint.directory)
+    except ValidationError:
+        actual = "missing"
+    if actual != checkpoint.digest:
+        raise CheckpointCorrupted(
+            f"checkpoint {checkpoint.id} (v{checkpoint.version}) no longer matches its "
+            f"registered digest {checkpoint.digest[:12]} (files now: {actual[:12]})"
+        )
 
 
 # ------------------------------------------------------------------------ models

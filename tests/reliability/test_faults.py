@@ -356,9 +356,6 @@ def test_a_job_certifies_and_promotes_after_the_database_refused_connections(
 # ------------------------------------------------------------------ corrupted files
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "workers/certify.py promotes the candidate without re-checking its files against "
-    "the registered digest (registry.checkpoint_digest); see docs/reliability.md"))
 def test_a_candidate_whose_files_no_longer_match_its_digest_is_never_promoted(
     faulty_pipeline: RunningPipeline, engine: Engine, people: People,
 ) -> None:
