@@ -356,6 +356,18 @@ def test_a_job_certifies_and_promotes_after_the_database_refused_connections(
 # ------------------------------------------------------------------ corrupted files
 
 
+def flip_last_weight_bit(directory: str) -> None:
+    """Flip one bit of the last byte of the checkpoint's first safetensors file (twice
+    restores it)."""
+    weights = next(p for p in sorted(os.scandir(directory), key=lambda e: e.name)
+                   if p.name.endswith(".safetensors"))
+    with open(weights.path, "r+b") as handle:
+        handle.seek(-1, os.SEEK_END)
+        last = handle.read(1)
+        handle.seek(-1, os.SEEK_END)
+        handle.write(bytes([last[0] ^ 0x01]))
+
+
 def test_a_candidate_whose_files_no_longer_match_its_digest_is_never_promoted(
     faulty_pipeline: RunningPipeline, engine: Engine, people: People,
 ) -> None:
@@ -365,13 +377,7 @@ def test_a_candidate_whose_files_no_longer_match_its_digest_is_never_promoted(
     with session_scope(engine) as session:
         candidate = session.get_one(Checkpoint, state["candidate"])
         directory, digest = candidate.directory, candidate.digest
-    weights = next(p for p in sorted(os.scandir(directory), key=lambda e: e.name)
-                   if p.name.endswith(".safetensors"))
-    with open(weights.path, "r+b") as handle:  # flip one bit of the last weight byte
-        handle.seek(-1, os.SEEK_END)
-        last = handle.read(1)
-        handle.seek(-1, os.SEEK_END)
-        handle.write(bytes([last[0] ^ 0x01]))
+    flip_last_weight_bit(directory)
     assert registry.checkpoint_digest(directory) != digest
 
     faulty_pipeline.wait_for_request(reference, statuses=("completed", "needs_attention"),
@@ -383,3 +389,30 @@ def test_a_candidate_whose_files_no_longer_match_its_digest_is_never_promoted(
             Checkpoint.id == state["candidate"], Checkpoint.promoted_at.is_not(None)))
     assert promoted_corrupt == 0
     assert registry.checkpoint_digest(serving.directory) == serving.digest
+
+
+def test_no_job_unlearns_from_a_serving_checkpoint_whose_files_changed(
+    faulty_pipeline: RunningPipeline, engine: Engine, people: People,
+) -> None:
+    with session_scope(engine) as session:
+        model = session.scalars(select(Model).where(Model.name == "demo")).one()
+        serving = session.get_one(Checkpoint, model.serving_checkpoint_id)
+        directory, serving_id = serving.directory, serving.id
+    flip_last_weight_bit(directory)
+    try:
+        reference = submit_approved(engine, people.take())
+        status = faulty_pipeline.wait_for_request(
+            reference, statuses=("completed", "needs_attention"), timeout_s=JOB_TIMEOUT_S)
+        with session_scope(engine) as session:
+            job = session.scalars(select(Job).where(Job.requests.any(reference=reference))).one()
+            model = session.scalars(select(Model).where(Model.name == "demo")).one()
+            assert (status, job.stage, job.candidate_checkpoint_id) == (
+                "needs_attention", "failed", None)
+            assert job.dead_lettered_at is not None and "registered digest" in (job.error or "")
+            assert model.serving_checkpoint_id == serving_id
+            dead = session.scalars(select(AuditEvent).where(
+                AuditEvent.action == "job.dead_lettered",
+                AuditEvent.object_ref == str(job.id))).one()
+            assert dead.details_dict["permanent"] is True
+    finally:
+        flip_last_weight_bit(directory)
