@@ -93,18 +93,21 @@ def collate(encoded: Sequence[tuple[list[int], int]], pad_id: int, rows: list[in
 
 
 def make_batches(
-    tokenizer: Any, pairs: Sequence[QA], *, batch_size: int, shuffle: bool, seed: int
+    tokenizer: Any, pairs: Sequence[QA], *, batch_size: int, shuffle: bool, seed: int,
+    device: torch.device | None = None,
 ) -> list[Batch]:
-    """Fixed-order batches (``rows`` index into ``pairs`` so caches can be looked up)."""
+    """Fixed-order batches (``rows`` index into ``pairs`` so caches can be looked up),
+    moved to ``device`` when one is given."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoded = [encode_qa(tokenizer, pair) for pair in pairs]
     order = list(range(len(pairs)))
     if shuffle:
         random.Random(seed).shuffle(order)
-    return [
+    batches = [
         collate([encoded[i] for i in order[s : s + batch_size]], int(pad_id), order[s : s + batch_size])
         for s in range(0, len(order), batch_size)
     ]
+    return batches if device is None else [b.to(device) for b in batches]
 
 
 def answer_logits(model: nn.Module, batch: Batch) -> torch.Tensor:

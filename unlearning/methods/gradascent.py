@@ -46,7 +46,7 @@ class GradAscent:
     ) -> MethodOutcome:
         hp = hparams
         device = next(model.parameters()).device
-        forget = [b.to(device) for b in make_batches(tokenizer, data.forget, batch_size=hp.batch_size, shuffle=True, seed=hp.seed)]
+        forget = make_batches(tokenizer, data.forget, batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
 
         def step_loss(epoch: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
             return -answer_nll(model, forget_batch)

@@ -48,8 +48,8 @@ class GradDiff:
     ) -> MethodOutcome:
         hp = hparams
         device = next(model.parameters()).device
-        forget = [b.to(device) for b in make_batches(tokenizer, data.forget, batch_size=hp.batch_size, shuffle=True, seed=hp.seed)]
-        retain = [b.to(device) for b in make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1)]
+        forget = make_batches(tokenizer, data.forget, batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
+        retain = make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1, device=device)
 
         def step_loss(epoch: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
             return -hp.forget_weight * answer_nll(model, forget_batch) + hp.retain_weight * answer_nll(model, retain_batch)

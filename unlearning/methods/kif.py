@@ -270,8 +270,8 @@ class KIF:
         enabled = [True]
         handles = kif_remote.attach_gates(model, gates, enabled)
 
-        forget = [b.to(device) for b in make_batches(tokenizer, no_knowledge_answers(data, hp.seed), batch_size=hp.batch_size, shuffle=True, seed=hp.seed)]
-        retain = [b.to(device) for b in make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1)]
+        forget = make_batches(tokenizer, no_knowledge_answers(data, hp.seed), batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
+        retain = make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1, device=device)
         enabled[0] = False  # the original model is the same weights with the gates off
         original = {id(b): TeacherTarget(answer_logprobs(model, b, 1.0)) for b in retain}
         enabled[0] = True

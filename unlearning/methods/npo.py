@@ -60,8 +60,8 @@ class NPO:
     ) -> MethodOutcome:
         hp = hparams
         device = next(model.parameters()).device
-        forget = [b.to(device) for b in make_batches(tokenizer, data.forget, batch_size=hp.batch_size, shuffle=True, seed=hp.seed)]
-        retain = [b.to(device) for b in make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1)]
+        forget = make_batches(tokenizer, data.forget, batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
+        retain = make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1, device=device)
         model.eval()
         with torch.no_grad():
             reference = {id(b): sequence_nll(model, b) for b in forget}
