@@ -30,4 +30,8 @@ SCHEDULE: dict[str, dict[str, Any]] = {
     "watch-deadlines": _every(3600.0, routing.WATCH_DEADLINES),
     "destroy-checkpoints": _every(600.0, routing.DESTROY_CHECKPOINTS),
     "purge-identifiers": _every(3600.0, routing.PURGE_IDENTIFIERS),
+    # Alerts on a serving checkpoint whose files changed between jobs.
+    "check-serving-digests": _every(3600.0, routing.CHECK_SERVING_DIGESTS),
+    # Signed chain heads kept off the database: at most 15 minutes of rows lack a copy.
+    "export-chain-heads": _every(900.0, routing.EXPORT_CHAIN_HEADS),
 }

@@ -32,6 +32,8 @@ DESTROY_CHECKPOINTS = "erasure.destroy_checkpoints"
 PURGE_IDENTIFIERS = "erasure.purge_identifiers"
 NOTIFY_RECIPIENTS = "erasure.notify_recipients"
 DELIVER_NOTIFICATION = "erasure.deliver_notification"
+CHECK_SERVING_DIGESTS = "erasure.check_serving_digests"
+EXPORT_CHAIN_HEADS = "erasure.export_chain_heads"
 
 _GPU_TASKS = frozenset({UNLEARN})
 

@@ -164,3 +164,21 @@ def notify_recipients() -> int:
     from workers.notifications import notifications_deliver_due
 
     return notifications_deliver_due()
+
+
+@app.task(name=routing.CHECK_SERVING_DIGESTS, **_PERIODIC_OPTIONS)
+def check_serving_digests() -> int:
+    from workers.integrity import checkpoints_check_serving
+    from workers.runtime import engine
+
+    return len(checkpoints_check_serving(engine=engine()).mismatched)
+
+
+@app.task(name=routing.EXPORT_CHAIN_HEADS, **_PERIODIC_OPTIONS)
+def export_chain_heads() -> int:
+    from workers.integrity import chain_heads_export
+    from workers.runtime import config, engine, signer
+
+    record = chain_heads_export(engine=engine(), signer=signer(),
+                                export_dir=config().chain_head_export_dir)
+    return len(record["heads"])

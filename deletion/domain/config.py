@@ -56,6 +56,9 @@ class Config:
     # create or read the private key.
     signing_key_embedded: bool
     signing_keyring_dir: Path
+    # Append-only folder, outside the database, for the signed chain heads the
+    # worker exports; a copy kept elsewhere is what detects a rewound chain.
+    chain_head_export_dir: Path
     django_secret_key: str
     debug: bool
     allowed_hosts: tuple[str, ...]
@@ -246,6 +249,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         signing_key_file=signing_key_file,
         signing_key_embedded=signing_key_embedded,
         signing_keyring_dir=env_path(env, "SIGNING_KEYRING_DIR", keys_dir / "keyring"),
+        chain_head_export_dir=env_path(env, "CHAIN_HEAD_EXPORT_DIR", var_dir / "chain-heads"),
         django_secret_key=django_secret,
         debug=debug,
         allowed_hosts=hosts,

@@ -81,7 +81,8 @@ def test_beat_runs_every_housekeeping_task_each_expiring_within_its_period() -> 
     tasks = {entry["task"] for entry in SCHEDULE.values()}
     assert tasks == {routing.RELAY_OUTBOX, routing.SCHEDULE_BATCHES, routing.RECONCILE,
                      routing.WATCH_DEADLINES, routing.DESTROY_CHECKPOINTS,
-                     routing.PURGE_IDENTIFIERS, routing.NOTIFY_RECIPIENTS}
+                     routing.PURGE_IDENTIFIERS, routing.NOTIFY_RECIPIENTS,
+                     routing.CHECK_SERVING_DIGESTS, routing.EXPORT_CHAIN_HEADS}
     for entry in SCHEDULE.values():
         period = entry["schedule"].total_seconds()
         assert 0 < entry["options"]["expires"] <= period
