@@ -18,6 +18,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from celery import Celery, Task
+from kombu.transport import redis as redis_transport
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from workers import routing
 
@@ -42,6 +44,41 @@ class DeliveryLimits:
     def __post_init__(self) -> None:
         if not self.soft_time_limit_s < self.time_limit_s < self.visibility_timeout_s:
             raise ValueError("need soft_time_limit < time_limit < visibility_timeout")
+
+
+class _ClosedTransportChannel(redis_transport.Channel):
+    """kombu's Redis channel, raising a connection error (not AttributeError) once the
+    kombu connection that owned it has been closed.
+
+    Why: when Redis goes away while the worker holds an acks-late task, Celery's
+    consumer calls `connection.collect()` (which detaches the transport: its `client`
+    becomes None) and then `connection.close()`, which closes the default channel and
+    restores its unacked message; the restore builds a fresh Redis pool from
+    `self.connection.client.hostname` and dies with AttributeError, which none of the
+    callers expect, so the whole worker exits ("Unrecoverable error") (celery/kombu
+    5.7).  A connection error is what every caller on that path already handles
+    (`maybe_close_channel`, `ignore_errors`, `Message.ack_log_error`): the consumer
+    reconnects and the running task goes on.  The message is not lost: its unacked
+    copy stays in Redis (restored after the visibility timeout), or, when Redis came
+    back empty, the database's claims and the outbox relay carry the job on.
+    """
+
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        transport = self.connection
+        if transport is None or getattr(transport, "client", None) is None:
+            raise RedisConnectionError("the kombu connection of this channel is closed")
+        params: dict[str, Any] = super()._connparams(  # type: ignore[no-untyped-call]
+            asynchronous=asynchronous)
+        return params
+
+
+class ClosedTransportSafeRedisTransport(redis_transport.Transport):
+    """kombu's Redis transport with `_ClosedTransportChannel` (see there why)."""
+
+    Channel = _ClosedTransportChannel
+
+
+REDIS_TRANSPORT = f"{__name__}:ClosedTransportSafeRedisTransport"
 
 
 class EagerModeForbidden(RuntimeError):
@@ -136,6 +173,9 @@ def make_celery(broker_url: str, *, limits: DeliveryLimits | None = None) -> Cel
         task_soft_time_limit=limits.soft_time_limit_s,
         task_time_limit=limits.time_limit_s,
         broker_transport_options=_transport_options(broker_url, limits),
+        # `rediss:` keeps kombu's own transport: naming one explicitly would skip
+        # kombu's check that TLS is configured for it.
+        broker_transport=REDIS_TRANSPORT if broker_url.startswith("redis:") else None,
         broker_connection_retry_on_startup=True,
         task_queues=routing.TASK_QUEUES,
         task_default_queue=routing.DEFAULT_QUEUE,

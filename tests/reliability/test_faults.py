@@ -275,10 +275,6 @@ def test_a_job_finishes_after_redis_is_shut_down_and_restarted_mid_job(
                      f"take-overs {figures}\n")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the Celery worker exits ('Unrecoverable error: AttributeError: NoneType has no "
-    "attribute hostname' in kombu's restore_unacked) when Redis goes away while it holds "
-    "a task; only a supervisor restart brings it back; see docs/reliability.md"))
 def test_the_worker_process_survives_a_redis_restart_while_it_holds_a_task() -> None:
     """Asserts on what the test above saw (an idle worker does survive a restart)."""
     if "worker_exited" not in _OBSERVED:

@@ -96,3 +96,21 @@ def test_every_routed_task_name_is_registered_by_the_worker() -> None:
 
     for name in (*routing.STAGE_TASKS, *(e["task"] for e in SCHEDULE.values())):
         assert name in app.tasks, name
+
+
+def test_a_redis_channel_whose_connection_was_closed_raises_a_connection_error() -> None:
+    """The guard behind the Redis-restart fix (docs/reliability.md): once Celery has
+    detached the transport (`client` None), building a Redis client must raise the
+    connection error every caller handles, not the AttributeError that killed the worker."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from workers.celery_app import REDIS_TRANSPORT
+
+    app = make_celery(broker_url="redis://127.0.0.1:6379/15")
+    assert app.conf.broker_transport == REDIS_TRANSPORT
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        channel._pool = None
+        connection.transport.client = None
+        with pytest.raises(RedisConnectionError):
+            channel._create_client()
