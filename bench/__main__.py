@@ -117,7 +117,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="override the methods of the quality benchmark")
     go.add_argument("--threads", type=int,
                     help="torch CPU threads (default: torch's own choice, one per core)")
+    per = sub.add_parser("per-subject", help="per-subject before/after leak table for one method (demo model)")
+    per.add_argument("--method", default="asu", help="engine method (asu, kif, graddiff, ...)")
+    per.add_argument("--fraction", type=float, default=0.05, help="share of the 200 demo people to erase")
+    per.add_argument("--hparams", default="{}", help="JSON hyper-parameter overrides")
+    per.add_argument("--seed", type=int, default=0)
+    per.add_argument("--out", type=Path, help="also write the table to this file")
     args = parser.parse_args(argv)
+    if args.command == "per-subject":
+        return _per_subject(args, parser)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("bench").setLevel(logging.INFO)
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -134,6 +142,31 @@ def main(argv: list[str] | None = None) -> int:
         settings = replace(settings, methods=tuple(v for v in METHOD_VARIANTS if v.label in args.methods))
     run(settings, families=tuple(f for f in FAMILIES if f in args.only), docs=args.docs,
         cache_root=args.cache, command=command, console=Console())
+    return 0
+
+
+def _per_subject(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import json
+
+    from bench.per_subject import run_per_subject
+    from unlearning import methods
+
+    if args.method not in methods.METHOD_NAMES:
+        parser.error(f"--method: unknown method {args.method!r} (one of {', '.join(methods.METHOD_NAMES)})")
+    if not 0 < args.fraction <= 1:
+        parser.error("--fraction: must be in (0, 1]")
+    try:
+        hparams = json.loads(args.hparams)
+        if not isinstance(hparams, dict):
+            raise ValueError("not an object")
+        methods.hparams_from_json(args.method, dict(hparams))
+    except ValueError as exc:
+        parser.error(f"--hparams: {exc}")
+    logging.basicConfig(level=logging.WARNING)
+    text = run_per_subject(method=args.method, fraction=args.fraction, hparams=hparams, seed=args.seed)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
     return 0
 
 

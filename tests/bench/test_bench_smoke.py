@@ -147,7 +147,7 @@ def test_truth_ratios_are_finite_and_perturbed_answers_differ_only_in_the_value(
     assert np.isfinite(ratios).all() and ((probability > 0) & (probability <= 1)).all()
 
 
-def test_a_cached_asu_step_costs_less_than_an_online_one(tiny_assets: Assets, tmp_path: Path) -> None:
+def test_the_step_cost_harness_times_every_asu_variant(tiny_assets: Assets, tmp_path: Path) -> None:
     from dataclasses import replace
 
     from bench.cost import step_time
@@ -162,5 +162,5 @@ def test_a_cached_asu_step_costs_less_than_an_online_one(tiny_assets: Assets, tm
     ratios = result["ratios"]
     assert set(ratios) == {"asu_online_gd", "asu_cached_gd", "asu_online_kl", "asu_cached_kl"}
     assert all(r > 0 for r in ratios.values())
-    # Online KL runs two more frozen forwards per step than the cached variant.
-    assert ratios["asu_online_kl"] > ratios["asu_cached_kl"]
+    # Which variant is faster is a benchmark figure (make bench), not a test: a timing
+    # comparison flips on a loaded machine.

@@ -57,21 +57,44 @@ def test_a_gate_removes_the_projection_only_where_it_fires():
     assert torch.allclose(out[1], hidden[1], atol=1e-4)
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
+def test_a_fresh_lora_changes_nothing_and_acts_only_where_its_switch_is_on():
+    torch.manual_seed(0)
+    plain, lora = kif_remote.SuppressionGate(4, 1), kif_remote.SuppressionGate(4, 1, rank=2)
+    for gate in (plain, lora):
+        gate.directions[0] = torch.tensor([1.0, 0.0, 0.0, 0.0])
+        with torch.no_grad():
+            gate.strength.fill_(0.5)
+    hidden = torch.tensor([[5.0, 1.0, 2.0, 3.0], [-5.0, 1.0, 2.0, 3.0]])
+    assert torch.equal(lora(hidden), plain(hidden))  # ``up`` starts at zero
+    with torch.no_grad():
+        lora.lora_up.normal_()
+        lora.lora_mix.fill_(20.0)  # switch on for z > 0, off for z < 0
+    with torch.no_grad():
+        switch = lora.lora_gate(hidden)[:, 0]
+    assert float(switch[0]) > 0.99 and float(switch[1]) < 0.01
+    with torch.no_grad():
+        delta = lora(hidden) - plain(hidden)
+    assert float(delta[0].abs().max()) > 1e-3
+    assert float(delta[1].abs().max()) < 1e-3
+
+
+@pytest.mark.parametrize("arch,rank", [("llama", 4), ("mistral", 4), ("qwen2", 4), ("llama", 0)])
 def test_a_kif_checkpoint_loads_its_gates_through_plain_from_pretrained_and_gates_off_is_the_base(
-    tiny_corpus_dir, tiny_arch_model_dir, tmp_path, arch
+    tiny_corpus_dir, tiny_arch_model_dir, tmp_path, arch, rank
 ):
     base_dir = tiny_arch_model_dir(arch)
     model, tokenizer = load_model(base_dir, device="cpu")
     base_logits = _logits(model, tokenizer)
     tokenizer.padding_side = "right"
     data = method_input(_sets(tiny_corpus_dir))
-    outcome = KIF().unlearn(model, tokenizer, data, KIFHparams(epochs=1, min_effect=0.0, bootstrap=50))
+    hp = KIFHparams(epochs=1, min_effect=0.0, bootstrap=50, lora_rank=rank)
+    outcome = KIF().unlearn(model, tokenizer, data, hp)
     assert outcome.steps >= 1 and outcome.final_loss == outcome.final_loss
     save_checkpoint(outcome.model, tokenizer, tmp_path / "kif", {"method": "kif"})
     config = json.loads((tmp_path / "kif" / "config.json").read_text())
     assert config["auto_map"]["AutoModelForCausalLM"].startswith("kif_remote.KIF")
     assert (tmp_path / "kif" / "kif_remote.py").is_file()
+    assert config["kif"]["rank"] == rank
 
     plain = AutoModelForCausalLM.from_pretrained(tmp_path / "kif", trust_remote_code=True).eval()
     assert plain.gates_enabled

@@ -206,6 +206,7 @@ def run_training(
     progress: ProgressCallback | None,
     on_epoch_start: Callable[[int], None] | None = None,
     parameters: Sequence[nn.Parameter] | None = None,
+    param_groups: Sequence[dict[str, Any]] | None = None,
 ) -> tuple[int, float]:
     """Optimise ``step_loss(epoch, forget_batch, retain_batch)`` for ``epochs`` passes over ``forget``.
 
@@ -216,8 +217,12 @@ def run_training(
     Returns (steps, mean loss of the last epoch).  Raises ``FloatingPointError``
     on a non-finite loss rather than writing a broken checkpoint.
     """
-    params = list(parameters) if parameters is not None else [p for p in model.parameters() if p.requires_grad]
-    optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    if param_groups is not None:  # groups with their own ``lr`` (e.g. gates fast, adapters slow)
+        params = [p for group in param_groups for p in group["params"]]
+        optimiser = torch.optim.AdamW([dict(g) for g in param_groups], lr=lr, weight_decay=weight_decay)
+    else:
+        params = list(parameters) if parameters is not None else [p for p in model.parameters() if p.requires_grad]
+        optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     if not retain:
         raise ValueError("the retain set is empty: every method here needs retain data")
     total = max(1, epochs * len(forget))

@@ -11,7 +11,11 @@
 2. A suppression gate per chosen layer (kif_remote.SuppressionGate): a
    per-token gate ``g = sigmoid(a (z - z0))`` on the standardised projection z
    removes ``g * s * (v.h) v``.
-3. Loss, base frozen, only a, z0, s trained:
+   With ``lora_rank > 0`` (the default) each gate also carries the design's
+   optional small LoRA, switched per token by a learned linear gate over the
+   same standardised projections (kif_remote.SuppressionGate): the gates alone
+   remove directions that do not hold the facts of a small model.
+3. Loss, base frozen, only the gates (a, z0, s, LoRA switch and LoRA) trained:
    ``forget_weight * NLL(subject question -> no-knowledge answer)
    + retain_weight * KL(original || gated)`` on retain answer tokens (the
    original is the same model with the gates off, computed once).
@@ -59,12 +63,16 @@ class KIFHparams:
     max_layers: int = 4
     min_effect: float = 1.0
     bootstrap: int = 200
-    lr: float = 5e-2
-    epochs: int = 10
+    lr: float = 5e-2  # gates (slope, threshold, strength, LoRA switch)
+    epochs: int = 30
     batch_size: int = 8
     forget_weight: float = 1.0
-    retain_weight: float = 1.0
+    retain_weight: float = 3.0
     weight_decay: float = 0.0
+    # The design's optional small LoRA behind each gate (0 = the paper's gates only, which do
+    # not forget on the demo model: docs/methods.md).
+    lora_rank: int = 16
+    lora_lr: float = 1e-2
     seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -258,7 +266,7 @@ class KIF:
         width = max(int(sig.directions.shape[0]) for sig in signature)
         gates: dict[int, kif_remote.SuppressionGate] = {}
         for sig in signature:
-            gate = kif_remote.SuppressionGate(hidden, width)
+            gate = kif_remote.SuppressionGate(hidden, width, hp.lora_rank)
             k = sig.directions.shape[0]
             with torch.no_grad():
                 gate.directions[:k] = sig.directions
@@ -266,6 +274,11 @@ class KIF:
                 gate.std[:k] = sig.std
                 gate.threshold[:k] = sig.subject_z / 2  # half-way between controls (0) and subjects
                 gate.strength[:k] = 1.0
+                if hp.lora_rank > 0:
+                    # The LoRA switch starts as "some direction sits near its subject's level":
+                    # each direction adds about 2 at its subject's mean z, the bias takes 2 off.
+                    gate.lora_mix[:k] = 2.0 / sig.subject_z.clamp_min(1.0)
+                    gate.lora_bias.fill_(-2.0)
             gates[sig.layer] = gate.to(device=device, dtype=dtype)
         enabled = [True]
         handles = kif_remote.attach_gates(model, gates, enabled)
@@ -281,26 +294,30 @@ class KIF:
             loss_retain = kl_at_answers(original[id(retain_batch)], answer_logits(model, retain_batch), retain_batch)
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain
 
-        params = [p for gate in gates.values() for p in gate.parameters()]
+        lora = [p for gate in gates.values() for n, p in gate.named_parameters() if n in ("lora_down", "lora_up")]
+        switches = [p for gate in gates.values() for n, p in gate.named_parameters() if n not in ("lora_down", "lora_up")]
+        groups = [{"params": switches, "lr": hp.lr}] + ([{"params": lora, "lr": hp.lora_lr}] if lora else [])
         try:
             steps, loss = run_training(
                 model, forget, retain, step_loss, lr=hp.lr, epochs=hp.epochs,
-                weight_decay=hp.weight_decay, stage="unlearn:kif", progress=progress, parameters=params,
+                weight_decay=hp.weight_decay, stage="unlearn:kif", progress=progress, param_groups=groups,
             )
         finally:
             for handle in handles:
                 handle.remove()
-        gated = build_gated_model(model, gates, k=width)
+        gated = build_gated_model(model, gates, k=width, rank=hp.lora_rank)
         details = {"layers": [s.layer for s in signature], "effects": [round(s.effect, 3) for s in signature]}
         logger.info("kif: gates on layers %s", details["layers"])
         return MethodOutcome(gated, steps, loss, details)
 
 
-def build_gated_model(model: nn.Module, gates: dict[int, kif_remote.SuppressionGate], *, k: int) -> nn.Module:
+def build_gated_model(
+    model: nn.Module, gates: dict[int, kif_remote.SuppressionGate], *, k: int, rank: int = 0
+) -> nn.Module:
     """The base weights plus the gates, as the remote-code class that saves with its own code."""
     cls: Any = kif_remote.KIF_CLASSES[type(model).__name__]
     config: Any = copy.deepcopy(model.config)
-    config.kif = {"layers": sorted(gates), "k": k}
+    config.kif = {"layers": sorted(gates), "k": k, "rank": rank}
     config.architectures = [cls.__name__]
     param = next(model.parameters())
     gated: nn.Module = cls(config).to(device=param.device, dtype=param.dtype)

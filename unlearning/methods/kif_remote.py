@@ -14,8 +14,16 @@ direction v (orthonormal rows) and hidden state h at every token::
     g = sigmoid(slope * (z - threshold))
     h <- h - g * strength * (v . h) * v
 
-``set_gates_enabled(False)`` turns every gate off; the base weights are never
-touched, so the gates-off model is exactly the base model.
+With ``rank > 0`` the gate also carries the optional small LoRA of the
+design: a low-rank update of the same hidden state, switched per token by a
+learned linear gate over the standardised projections::
+
+    a = sigmoid(mix . z + bias)
+    h <- h + a * up(down(h))
+
+so the update acts where the signature says the subject is, and nowhere else.
+``set_gates_enabled(False)`` turns every gate (and its LoRA) off; the base
+weights are never touched, so the gates-off model is exactly the base model.
 """
 
 from __future__ import annotations
@@ -28,30 +36,51 @@ from transformers import GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, 
 
 
 class SuppressionGate(nn.Module):
-    """Gated removal of ``k`` signature directions from one layer's output."""
+    """Gated removal of ``k`` signature directions from one layer's output (plus an optional gated LoRA)."""
 
     directions: torch.Tensor
     mean: torch.Tensor
     std: torch.Tensor
 
-    def __init__(self, hidden_size: int, k: int) -> None:
+    def __init__(self, hidden_size: int, k: int, rank: int = 0) -> None:
         super().__init__()
+        self.rank = int(rank)
         self.register_buffer("directions", torch.zeros(k, hidden_size))
         self.register_buffer("mean", torch.zeros(k))
         self.register_buffer("std", torch.ones(k))
         self.slope = nn.Parameter(torch.full((k,), 4.0))
         self.threshold = nn.Parameter(torch.zeros(k))
         self.strength = nn.Parameter(torch.zeros(k))
+        if self.rank > 0:
+            # LoRA initialisation: ``up`` starts at zero, so a fresh gate changes nothing.
+            self.lora_down = nn.Parameter(torch.randn(self.rank, hidden_size) / hidden_size**0.5)
+            self.lora_up = nn.Parameter(torch.zeros(hidden_size, self.rank))
+            self.lora_mix = nn.Parameter(torch.zeros(k))
+            self.lora_bias = nn.Parameter(torch.zeros(()))
+
+    def standardised(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        projection = hidden @ self.directions.to(hidden.dtype).T
+        return (projection - self.mean.to(hidden.dtype)) / self.std.to(hidden.dtype), projection
 
     def gate(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        projection = hidden @ self.directions.to(hidden.dtype).T
-        z = (projection - self.mean.to(hidden.dtype)) / self.std.to(hidden.dtype)
+        z, projection = self.standardised(hidden)
         return torch.sigmoid(self.slope.to(hidden.dtype) * (z - self.threshold.to(hidden.dtype))), projection
 
+    def lora_gate(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Per-token switch of the LoRA, (..., 1); zeros when the gate has none."""
+        if self.rank == 0:
+            return hidden.new_zeros((*hidden.shape[:-1], 1))
+        z, _ = self.standardised(hidden)
+        return torch.sigmoid(z @ self.lora_mix.to(hidden.dtype) + self.lora_bias.to(hidden.dtype))[..., None]
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        g, projection = self.gate(hidden)
-        removed = (g * self.strength.to(hidden.dtype) * projection) @ self.directions.to(hidden.dtype)
-        return hidden - removed
+        z, projection = self.standardised(hidden)
+        g = torch.sigmoid(self.slope.to(hidden.dtype) * (z - self.threshold.to(hidden.dtype)))
+        out = hidden - (g * self.strength.to(hidden.dtype) * projection) @ self.directions.to(hidden.dtype)
+        if self.rank > 0:
+            a = torch.sigmoid(z @ self.lora_mix.to(hidden.dtype) + self.lora_bias.to(hidden.dtype))[..., None]
+            out = out + a * ((hidden @ self.lora_down.to(hidden.dtype).T) @ self.lora_up.to(hidden.dtype).T)
+        return out
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -89,8 +118,9 @@ class KIFGatesMixin:
         spec = getattr(config, "kif", None) or {}
         layers = [int(layer) for layer in spec.get("layers", [])]
         k = int(spec.get("k", 1))
+        rank = int(spec.get("rank", 0))
         hidden = int(getattr(config, "hidden_size", 0) or config.n_embd)
-        self.kif_gates = nn.ModuleDict({str(layer): SuppressionGate(hidden, k) for layer in layers})
+        self.kif_gates = nn.ModuleDict({str(layer): SuppressionGate(hidden, k, rank) for layer in layers})
         self._kif_enabled = [True]
         gates: dict[int, SuppressionGate] = {int(n): g for n, g in self.kif_gates.items()}  # type: ignore[misc]
         attach_gates(self, gates, self._kif_enabled)  # type: ignore[arg-type]

@@ -1,0 +1,98 @@
+"""Per-subject before/after table for one method on the demo model (issue 3's acceptance table).
+
+``python -m bench per-subject --method kif --fraction 0.05`` erases the same
+people the quality benchmark forgets at that fraction, then prints, per
+person (by id, never by name), the share of greedy answers that contain the
+fact's value for the training question, the held-out paraphrase and the
+alias-only question, before (base model) and after (candidate), followed by
+the verification report's aggregate figures (control people, retained
+accuracy, every check of the default policy).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.assets import DEFAULT_CACHE, assets_ensure, forget_people
+from bench.console import Console
+from bench.engine import erase_timed, sets_for, verify_timed
+
+KINDS = ("original", "paraphrase", "alias")
+
+
+def leak_by_subject(model_dir: Path, sets: Any) -> dict[tuple[int, str], tuple[int, int]]:
+    """(subject index, probe kind) -> (leaks, probes), greedy answers, the verifier's leak rule."""
+    from unlearning.modeling import generate_answers, load_model
+    from unlearning.verification.leakage import contains_value
+
+    model, tokenizer = load_model(model_dir, device="cpu")
+    probes = [p for p in sets.probes if p.kind in KINDS]
+    answers = generate_answers(model, tokenizer, [p.prompt for p in probes], max_new_tokens=32)
+    counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+    for probe, answer in zip(probes, answers, strict=True):
+        cell = counts[(probe.subject, probe.kind)]
+        cell[0] += int(contains_value(answer, probe.expected))
+        cell[1] += 1
+    return {key: (hits, n) for key, (hits, n) in counts.items()}
+
+
+def _rate(cell: tuple[int, int] | None) -> str:
+    return "-" if not cell or not cell[1] else f"{cell[0] / cell[1]:.2f}"
+
+
+def table(person_ids: Sequence[str], before: dict[tuple[int, str], tuple[int, int]],
+          after: dict[tuple[int, str], tuple[int, int]]) -> list[str]:
+    lines = ["| subject | " + " | ".join(KINDS) + " |", "|---|" + "---|" * len(KINDS)]
+    for index, person in enumerate(person_ids):
+        cells = [f"{_rate(before.get((index, k)))} -> {_rate(after.get((index, k)))}" for k in KINDS]
+        lines.append(f"| {person} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def run_per_subject(*, method: str, fraction: float, hparams: dict[str, Any], seed: int,
+                    cache_root: Path = DEFAULT_CACHE, console: Console | None = None) -> str:
+    from unlearning.corpus import load_corpus
+
+    console = console or Console()
+    assets = assets_ensure(preset="demo", people=200, cache_root=cache_root, console=console)
+    people = forget_people(assets.people(), fraction)
+    sets = sets_for(load_corpus(assets.corpus_file), people, seed=seed)
+    out = cache_root / "work" / "per-subject" / method
+    result = erase_timed(assets.base_dir, sets, method=method, hparams={**hparams, "seed": seed},
+                         out_dir=out, console=console, label=f"erase {method}")
+    report, verify_s = verify_timed(out, assets, sets, seed=seed, console=console, label="verify")
+    before, after = leak_by_subject(assets.base_dir, sets), leak_by_subject(out, sets)
+    shutil.rmtree(out, ignore_errors=True)
+    m = report["metrics"]
+    lines = [
+        f"{method} ({json.dumps(result.hparams, sort_keys=True)}), {len(people)} of 200 demo people, "
+        f"seed {seed}: erase {result.seconds:.0f} s, verify {verify_s:.0f} s, "
+        f"passed={report['passed']}, guarantee={report['guarantee']}",
+        "",
+        "Leak rate per subject, base -> candidate (greedy answers containing the fact's value):",
+        "",
+        *table([p["person_id"] for p in people], before, after),
+        "",
+        "| | original | paraphrase | alias |",
+        "|---|---|---|---|",
+        "| forget (all subjects) | " + " | ".join(f"{m.get(f'leakage.forget.{k}', float('nan')):.3f}" for k in KINDS) + " |",
+        "| control people | " + " | ".join(f"{m.get(f'leakage.control.{k}', float('nan')):.3f}" for k in KINDS) + " |",
+        "",
+        f"Retained accuracy {m.get('utility.retain_accuracy', float('nan')):.3f} "
+        f"(base {m.get('utility.base_retain_accuracy', float('nan')):.3f}, "
+        f"ratio {m.get('utility.retain_ratio', float('nan')):.3f}).",
+        "",
+        "| check | value | threshold | passed |",
+        "|---|---|---|---|",
+    ]
+    for check in report["checks"]:
+        flag = "yes" if check["passed"] else "**no**"
+        note = "" if check.get("decides_pass", True) else " (guarantee class only)"
+        lines.append(f"| {check['name']}{note} | {check['value']:.3f} | {check['comparator']} "
+                     f"{check['threshold']:.3f} | {flag} |")
+    return "\n".join(lines)
