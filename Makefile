@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv migrate run demo test chromium lint bench bench-quick clean
+.PHONY: bench-tools help venv migrate run demo test chromium lint bench bench-quick clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,11 +42,19 @@ lint: $(STAMP)  ## ruff, import contracts and strict types on domain and unlearn
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy deletion/domain unlearning
 
-bench: $(STAMP)  ## full benchmarks (about 45 min on 2 cores) -> docs/benchmarks.md
+bench: $(STAMP) bench-tools  ## full benchmarks (about 45 min on 2 cores) -> docs/benchmarks.md
 	$(PY) -m bench run --full
 
-bench-quick: $(STAMP)  ## a few-minute benchmark smoke run -> docs/benchmarks.md
+bench-quick: $(STAMP) bench-tools  ## a few-minute benchmark smoke run -> docs/benchmarks.md
 	$(PY) -m bench run --quick
+
+# wrk (service load test) and ripgrep (the corpus-scan reference), from Debian's packages.
+# Without them the report says those figures were not measured.
+bench-tools:
+	@{ test -x /usr/bin/wrk && test -x /usr/bin/rg; } || { \
+	  echo "installing Debian's wrk and ripgrep for the benchmarks"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk ripgrep >/dev/null \
+	  || echo "could not install wrk/ripgrep: the service and scan figures will be reported as not measured"; }
 
 clean:  ## remove the virtual environment and local state under var/
 	rm -rf $(VENV) var/
