@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.assets import DEFAULT_CACHE, assets_ensure, forget_people
+from bench.assets import DEFAULT_CACHE, Assets, assets_ensure, forget_people
 from bench.console import Console
 from bench.engine import erase_timed, sets_for, verify_timed
 
@@ -56,13 +56,20 @@ def table(person_ids: Sequence[str], before: dict[tuple[int, str], tuple[int, in
 
 def run_per_subject(*, method: str, fraction: float, hparams: dict[str, Any], seed: int,
                     cache_root: Path = DEFAULT_CACHE, console: Console | None = None) -> str:
-    from unlearning.corpus import load_corpus
-
+    """The demo model's table (trains the demo corpus and base model first if they are not cached)."""
     console = console or Console()
     assets = assets_ensure(preset="demo", people=200, cache_root=cache_root, console=console)
+    return per_subject_table(assets, method=method, fraction=fraction, hparams=hparams, seed=seed,
+                             work=cache_root / "work" / "per-subject", console=console)
+
+
+def per_subject_table(assets: Assets, *, method: str, fraction: float, hparams: dict[str, Any],
+                      seed: int, work: Path, console: Console) -> str:
+    from unlearning.corpus import load_corpus
+
     people = forget_people(assets.people(), fraction)
     sets = sets_for(load_corpus(assets.corpus_file), people, seed=seed)
-    out = cache_root / "work" / "per-subject" / method
+    out = work / method
     result = erase_timed(assets.base_dir, sets, method=method, hparams={**hparams, "seed": seed},
                          out_dir=out, console=console, label=f"erase {method}")
     report, verify_s = verify_timed(out, assets, sets, seed=seed, console=console, label="verify")
@@ -70,7 +77,8 @@ def run_per_subject(*, method: str, fraction: float, hparams: dict[str, Any], se
     shutil.rmtree(out, ignore_errors=True)
     m = report["metrics"]
     lines = [
-        f"{method} ({json.dumps(result.hparams, sort_keys=True)}), {len(people)} of 200 demo people, "
+        f"{method} ({json.dumps(result.hparams, sort_keys=True)}), {len(people)} of {len(assets.people())} "
+        f"people ({assets.preset} preset), "
         f"seed {seed}: erase {result.seconds:.0f} s, verify {verify_s:.0f} s, "
         f"passed={report['passed']}, guarantee={report['guarantee']}",
         "",

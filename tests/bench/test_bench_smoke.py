@@ -8,6 +8,7 @@ step / plain fine-tuning step) on a tiny model built from a config.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +165,23 @@ def test_the_step_cost_harness_times_every_asu_variant(tiny_assets: Assets, tmp_
     assert all(r > 0 for r in ratios.values())
     # Which variant is faster is a benchmark figure (make bench), not a test: a timing
     # comparison flips on a loaded machine.
+
+
+def test_the_per_subject_table_has_a_row_per_erased_person_by_id_and_every_check(
+    tiny_assets: Assets, tmp_path: Path
+) -> None:
+    from bench.per_subject import per_subject_table
+
+    text = per_subject_table(tiny_assets, method="gradascent", fraction=0.25, hparams={"epochs": 1},
+                             seed=0, work=tmp_path, console=Console(quiet=True))
+    people = forget_people(tiny_assets.people(), 0.25)
+    rows = [line for line in text.splitlines() if re.match(r"\| p\d+ \|", line)]
+    assert [row.split(" | ")[0][2:] for row in rows] == [p["person_id"] for p in people]
+    for row in rows:
+        for cell in row.strip("|").split("|")[1:]:
+            before, after = (float(x) for x in cell.split("->"))
+            assert 0.0 <= before <= 1.0 and 0.0 <= after <= 1.0
+    assert "| surface leakage (greedy) |" in text and "| retained-fact accuracy |" in text
+    for person in tiny_assets.people():  # references only: no names in the table
+        assert person["name"] not in text
+    assert not (tmp_path / "gradascent").exists()  # the candidate is removed
