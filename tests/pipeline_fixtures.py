@@ -87,8 +87,12 @@ def pipeline_env(*, database_url: str, broker_url: str, work_dir: Path,
     """Environment for the worker and beat: the given database and broker, the test
     process's keys, scratch directories under `work_dir`."""
     from deletion.domain.config import current
+    from deletion.domain.signing import signer_from_config
 
     cfg = current()
+    # The children get SIGNING_KEY_FILE set, which must exist: generate the embedded key
+    # here as the signing worker would (a test run alone has no earlier test doing it).
+    signer_from_config(cfg)
     env = dict(os.environ)
     env.update({
         "DATABASE_URL": database_url,

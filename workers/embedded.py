@@ -54,6 +54,9 @@ def command_run(args: argparse.Namespace) -> int:
     logs = config.var_dir / "logs"
     group = ProcessGroup(env=os.environ)
     signal.signal(signal.SIGTERM, _raise_stop)
+    # A shell starts background jobs with SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: Ctrl-C (or `kill -INT`) must stop the service however it was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         group.start("worker", worker_command(), log_file=logs / "worker.log")
         group.start("beat", beat_command(schedule_file=config.var_dir / "celerybeat-schedule"),
@@ -92,6 +95,9 @@ def command_demo(args: argparse.Namespace) -> int:
     logs = config.var_dir / "logs"
     group = ProcessGroup(env=os.environ)
     signal.signal(signal.SIGTERM, _raise_stop)
+    # A shell starts background jobs with SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: Ctrl-C (or `kill -INT`) must stop the service however it was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         group.start("worker", worker_command(), log_file=logs / "demo-worker.log")
         group.start("beat", beat_command(schedule_file=config.var_dir / "celerybeat-schedule"),
