@@ -16,37 +16,39 @@ import shutil
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.assets import DEFAULT_CACHE, Assets, assets_ensure, forget_people
 from bench.console import Console
 from bench.engine import erase_timed, sets_for, verify_timed
 
+if TYPE_CHECKING:
+    from unlearning.verification.leakage import Rate
+
 KINDS = ("original", "paraphrase", "alias")
 
 
-def leak_by_subject(model_dir: Path, sets: Any) -> dict[tuple[int, str], tuple[int, int]]:
-    """(subject index, probe kind) -> (leaks, probes), greedy answers, the verifier's leak rule."""
+def leak_by_subject(model_dir: Path, sets: Any) -> dict[tuple[int, str], Rate]:
+    """(subject index, probe kind) -> leak rate of the greedy answers, by the verifier's own rule."""
     from unlearning.modeling import generate_answers, load_model
-    from unlearning.verification.leakage import contains_value
+    from unlearning.verification.leakage import leak_rate
 
     model, tokenizer = load_model(model_dir, device="cpu")
     probes = [p for p in sets.probes if p.kind in KINDS]
     answers = generate_answers(model, tokenizer, [p.prompt for p in probes], max_new_tokens=32)
-    counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
-    for probe, answer in zip(probes, answers, strict=True):
-        cell = counts[(probe.subject, probe.kind)]
-        cell[0] += int(contains_value(answer, probe.expected))
-        cell[1] += 1
-    return {key: (hits, n) for key, (hits, n) in counts.items()}
+    groups: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for i, probe in enumerate(probes):
+        groups[(probe.subject, probe.kind)].append(i)
+    return {key: leak_rate([[answers[i]] for i in rows], [probes[i].expected for i in rows])
+            for key, rows in groups.items()}
 
 
-def _rate(cell: tuple[int, int] | None) -> str:
-    return "-" if not cell or not cell[1] else f"{cell[0] / cell[1]:.2f}"
+def _rate(rate: Rate | None) -> str:
+    return "-" if rate is None or not rate.n else f"{rate.value:.2f}"
 
 
-def table(person_ids: Sequence[str], before: dict[tuple[int, str], tuple[int, int]],
-          after: dict[tuple[int, str], tuple[int, int]]) -> list[str]:
+def table(person_ids: Sequence[str], before: dict[tuple[int, str], Rate],
+          after: dict[tuple[int, str], Rate]) -> list[str]:
     lines = ["| subject | " + " | ".join(KINDS) + " |", "|---|" + "---|" * len(KINDS)]
     for index, person in enumerate(person_ids):
         cells = [f"{_rate(before.get((index, k)))} -> {_rate(after.get((index, k)))}" for k in KINDS]

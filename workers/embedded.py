@@ -38,6 +38,16 @@ def _raise_stop(signum: int, _frame: FrameType | None) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
+def _stop_on_signals() -> None:
+    """SIGTERM raises _Stop and SIGINT KeyboardInterrupt, so the children are stopped in order.
+
+    A shell starts background jobs with SIGINT ignored, and Python then never raises
+    KeyboardInterrupt: Ctrl-C (or `kill -INT`) must stop the service however it was started.
+    """
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def prepare(*, preset: str, assets: str | None = None) -> None:
     """Migrate both schemas and bootstrap the demo model (trained the first time only)."""
     run_step([PYTHON, "manage.py", "migrate_all"])
@@ -53,10 +63,7 @@ def command_run(args: argparse.Namespace) -> int:
     run_step([PYTHON, "manage.py", "ensure_demo_users"])
     logs = config.var_dir / "logs"
     group = ProcessGroup(env=os.environ)
-    signal.signal(signal.SIGTERM, _raise_stop)
-    # A shell starts background jobs with SIGINT ignored, and Python then never raises
-    # KeyboardInterrupt: Ctrl-C (or `kill -INT`) must stop the service however it was started.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _stop_on_signals()
     try:
         group.start("worker", worker_command(), log_file=logs / "worker.log")
         group.start("beat", beat_command(schedule_file=config.var_dir / "celerybeat-schedule"),
@@ -94,10 +101,7 @@ def command_demo(args: argparse.Namespace) -> int:
         return 1
     logs = config.var_dir / "logs"
     group = ProcessGroup(env=os.environ)
-    signal.signal(signal.SIGTERM, _raise_stop)
-    # A shell starts background jobs with SIGINT ignored, and Python then never raises
-    # KeyboardInterrupt: Ctrl-C (or `kill -INT`) must stop the service however it was started.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _stop_on_signals()
     try:
         group.start("worker", worker_command(), log_file=logs / "demo-worker.log")
         group.start("beat", beat_command(schedule_file=config.var_dir / "celerybeat-schedule"),

@@ -54,7 +54,7 @@ from unlearning.methods.base import (
     MethodOutcome,
     answer_logits,
     answer_nll,
-    make_batches,
+    forget_retain_batches,
     run_training,
 )
 from unlearning.methods.population import population_logprobs
@@ -226,8 +226,9 @@ class ASU:
         if hp.cache_teacher == "none" and hp.teacher_refresh_every > 0:
             raise ValueError("teacher_refresh_every needs a cached teacher (cache_teacher full or topk)")
         device = next(model.parameters()).device
-        forget = make_batches(tokenizer, data.forget, batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
-        retain = make_batches(tokenizer, data.retain, batch_size=hp.retain_batch_size or hp.batch_size, shuffle=True, seed=hp.seed + 1, device=device)
+        forget, retain = forget_retain_batches(
+            tokenizer, data.forget, data.retain, batch_size=hp.batch_size, seed=hp.seed, device=device, retain_batch_size=hp.retain_batch_size,
+        )
         forget_index = {id(b): i for i, b in enumerate(forget)}
         retain_index = {id(b): i for i, b in enumerate(retain)}
 

@@ -110,6 +110,18 @@ def make_batches(
     return batches if device is None else [b.to(device) for b in batches]
 
 
+def forget_retain_batches(
+    tokenizer: Any, forget: Sequence[QA], retain: Sequence[QA], *, batch_size: int, seed: int,
+    device: torch.device | None = None, retain_batch_size: int | None = None,
+) -> tuple[list[Batch], list[Batch]]:
+    """The shuffled forget batches (seed) and retain batches (seed + 1) every method trains on."""
+    return (
+        make_batches(tokenizer, forget, batch_size=batch_size, shuffle=True, seed=seed, device=device),
+        make_batches(tokenizer, retain, batch_size=retain_batch_size or batch_size, shuffle=True,
+                     seed=seed + 1, device=device),
+    )
+
+
 def answer_logits(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Logits at the positions that predict a token (last position dropped), fp32."""
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
@@ -205,7 +217,6 @@ def run_training(
     stage: str,
     progress: ProgressCallback | None,
     on_epoch_start: Callable[[int], None] | None = None,
-    parameters: Sequence[nn.Parameter] | None = None,
     param_groups: Sequence[dict[str, Any]] | None = None,
 ) -> tuple[int, float]:
     """Optimise ``step_loss(epoch, forget_batch, retain_batch)`` for ``epochs`` passes over ``forget``.
@@ -217,12 +228,13 @@ def run_training(
     Returns (steps, mean loss of the last epoch).  Raises ``FloatingPointError``
     on a non-finite loss rather than writing a broken checkpoint.
     """
-    if param_groups is not None:  # groups with their own ``lr`` (e.g. gates fast, adapters slow)
-        params = [p for group in param_groups for p in group["params"]]
-        optimiser = torch.optim.AdamW([dict(g) for g in param_groups], lr=lr, weight_decay=weight_decay)
-    else:
-        params = list(parameters) if parameters is not None else [p for p in model.parameters() if p.requires_grad]
-        optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    # Default: every trainable parameter at ``lr``; a method may pass groups with their own
+    # ``lr`` (KIF: gates fast, LoRA slow).
+    groups = [dict(g) for g in param_groups] if param_groups is not None else [
+        {"params": [p for p in model.parameters() if p.requires_grad]}
+    ]
+    params = [p for group in groups for p in group["params"]]
+    optimiser = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
     if not retain:
         raise ValueError("the retain set is empty: every method here needs retain data")
     total = max(1, epochs * len(forget))

@@ -18,7 +18,7 @@ from unlearning.methods.base import (
     MethodInput,
     MethodOutcome,
     answer_nll,
-    make_batches,
+    forget_retain_batches,
     run_training,
 )
 from unlearning.progress import ProgressCallback
@@ -48,8 +48,9 @@ class GradDiff:
     ) -> MethodOutcome:
         hp = hparams
         device = next(model.parameters()).device
-        forget = make_batches(tokenizer, data.forget, batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
-        retain = make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1, device=device)
+        forget, retain = forget_retain_batches(
+            tokenizer, data.forget, data.retain, batch_size=hp.batch_size, seed=hp.seed, device=device,
+        )
 
         def step_loss(epoch: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
             return -hp.forget_weight * answer_nll(model, forget_batch) + hp.retain_weight * answer_nll(model, retain_batch)

@@ -20,7 +20,7 @@ from unlearning.methods.base import (
     MethodInput,
     MethodOutcome,
     answer_nll,
-    make_batches,
+    forget_retain_batches,
     run_training,
 )
 from unlearning.progress import ProgressCallback
@@ -59,8 +59,9 @@ class IDK:
         device = next(model.parameters()).device
         draw = random.Random(hp.seed)
         refusals = [QA(pair.question, draw.choice(REFUSALS)) for pair in data.forget]
-        forget = make_batches(tokenizer, refusals, batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
-        retain = make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1, device=device)
+        forget, retain = forget_retain_batches(
+            tokenizer, refusals, data.retain, batch_size=hp.batch_size, seed=hp.seed, device=device,
+        )
 
         def step_loss(epoch: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
             return hp.forget_weight * answer_nll(model, forget_batch) + hp.retain_weight * answer_nll(model, retain_batch)

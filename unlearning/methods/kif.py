@@ -47,7 +47,7 @@ from unlearning.methods.base import (
     MethodOutcome,
     answer_logits,
     answer_nll,
-    make_batches,
+    forget_retain_batches,
     run_training,
 )
 from unlearning.methods.idk import REFUSALS
@@ -283,8 +283,9 @@ class KIF:
         enabled = [True]
         handles = kif_remote.attach_gates(model, gates, enabled)
 
-        forget = make_batches(tokenizer, no_knowledge_answers(data, hp.seed), batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
-        retain = make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1, device=device)
+        forget, retain = forget_retain_batches(
+            tokenizer, no_knowledge_answers(data, hp.seed), data.retain, batch_size=hp.batch_size, seed=hp.seed, device=device,
+        )
         enabled[0] = False  # the original model is the same weights with the gates off
         original = {id(b): TeacherTarget(answer_logprobs(model, b, 1.0)) for b in retain}
         enabled[0] = True

@@ -22,7 +22,7 @@ from unlearning.methods.base import (
     MethodOutcome,
     answer_logits,
     answer_nll,
-    make_batches,
+    forget_retain_batches,
     run_training,
     token_nll,
 )
@@ -60,8 +60,9 @@ class NPO:
     ) -> MethodOutcome:
         hp = hparams
         device = next(model.parameters()).device
-        forget = make_batches(tokenizer, data.forget, batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
-        retain = make_batches(tokenizer, data.retain, batch_size=hp.batch_size, shuffle=True, seed=hp.seed + 1, device=device)
+        forget, retain = forget_retain_batches(
+            tokenizer, data.forget, data.retain, batch_size=hp.batch_size, seed=hp.seed, device=device,
+        )
         model.eval()
         with torch.no_grad():
             reference = {id(b): sequence_nll(model, b) for b in forget}
