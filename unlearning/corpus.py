@@ -189,6 +189,11 @@ def _parse_record(path: Path, where: str, data: Any, index: int) -> Record:
     )
 
 
+def record_from_json(data: Mapping[str, Any]) -> Record:
+    """A record from its own `to_json` form (sets and blobs written by this engine)."""
+    return _parse_record(Path("<record>"), "0", dict(data), 0)
+
+
 def iter_records(path: str | Path) -> Iterator[Record]:
     """Stream the records of a `.jsonl` file, or of a `.json` array (or `{"records": [...]}`)."""
     file = Path(path)

@@ -184,6 +184,50 @@ class ErasureSets:
                 "probes_digest": self.probes_digest, "corpus_digest": self.corpus_digest,
                 "counts": self.counts(), "params": self.params}
 
+    def to_payload(self) -> dict[str, Any]:
+        """Everything the sets hold as one JSON-ready dict (names included: keep it private)."""
+        return {
+            "manifest": self.manifest(),
+            "subjects": [asdict(s) for s in self.subjects],
+            "match_counts": list(self.match_counts),
+            "record_subjects": {k: list(v) for k, v in self.record_subjects.items()},
+            "forget": [r.to_json() for r in self.forget],
+            "retain": [r.to_json() for r in self.retain],
+            "probes": [asdict(p) for p in self.probes],
+        }
+
+    def dumps(self) -> bytes:
+        """The sets as one UTF-8 JSON blob, for callers that encrypt it before it touches a disk."""
+        return json.dumps(self.to_payload(), ensure_ascii=False, sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def loads(cls, data: bytes) -> ErasureSets:
+        """The inverse of `dumps`; raises SetsError when a digest no longer matches."""
+        from unlearning.corpus import record_from_json
+
+        try:
+            raw = json.loads(data.decode("utf-8"))
+            manifest = raw["manifest"]
+            sets = cls(
+                subjects=tuple(Subject(s["name"], tuple(s["aliases"]), tuple(s["identifiers"]))
+                               for s in raw["subjects"]),
+                forget=tuple(record_from_json(r) for r in raw["forget"]),
+                retain=tuple(record_from_json(r) for r in raw["retain"]),
+                probes=tuple(Probe(**p) for p in raw["probes"]),
+                match_counts=tuple(raw["match_counts"]),
+                record_subjects={k: tuple(v) for k, v in raw["record_subjects"].items()},
+                corpus_digest=manifest.get("corpus_digest", ""), params=manifest.get("params", {}),
+            )
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise SetsError(f"not a readable sets blob ({type(exc).__name__})") from exc
+        sets._check(manifest, "sets blob")
+        return sets
+
+    def _check(self, manifest: dict[str, Any], where: str) -> None:
+        for name in ("forget_digest", "retain_digest", "probes_digest"):
+            if getattr(self, name) != manifest.get(name):
+                raise SetsError(f"{where}: {name} does not match the manifest")
+
     def save(self, directory: str | Path) -> Path:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
@@ -222,9 +266,7 @@ class ErasureSets:
             record_subjects={k: tuple(v) for k, v in raw["record_subjects"].items()},
             corpus_digest=manifest.get("corpus_digest", ""), params=manifest.get("params", {}),
         )
-        for name in ("forget_digest", "retain_digest", "probes_digest"):
-            if getattr(sets, name) != manifest.get(name):
-                raise SetsError(f"{root}: {name} does not match the manifest")
+        sets._check(manifest, str(root))
         return sets
 
 

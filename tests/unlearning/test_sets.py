@@ -159,3 +159,22 @@ def test_every_demo_person_is_found_by_their_identifiers_and_nobody_else_is() ->
     sets = build_sets(Corpus(demo.records), subjects)
     assert set(sets.match_counts) == {11}
     assert all(len(found) == 1 for found in sets.record_subjects.values())
+
+
+def test_sets_survive_a_round_trip_through_one_blob_and_a_changed_blob_is_refused(
+    tiny_corpus_dir: Path,
+) -> None:
+    corpus = load_corpus(tiny_corpus_dir / "corpus.jsonl")
+    person = load_people(tiny_corpus_dir / "people.jsonl")[0]
+    sets = build_sets(corpus, [Subject(person["name"], tuple(person["aliases"]))])
+    blob = sets.dumps()
+    again = ErasureSets.loads(blob)
+    assert again.manifest() == sets.manifest()
+    assert again.forget == sets.forget and again.subjects == sets.subjects
+    assert again.probes == sets.probes
+    tampered = blob.replace(b'"answer": "', b'"answer": "X', 1)
+    assert tampered != blob
+    with pytest.raises(SetsError, match="forget_digest|retain_digest"):
+        ErasureSets.loads(tampered)
+    with pytest.raises(SetsError):
+        ErasureSets.loads(b"\xff not json")
