@@ -47,12 +47,12 @@ class Assets:
         return self.corpus_dir / "heldout.txt"
 
     def people(self) -> list[dict[str, Any]]:
-        from unlearning.demo_corpus import load_people
+        from unlearning.demo.corpus import load_people
 
         return load_people(self.corpus_dir / "people.jsonl")
 
     def control_people(self) -> list[dict[str, Any]]:
-        from unlearning.demo_corpus import load_people
+        from unlearning.demo.corpus import load_people
 
         return load_people(self.control_file)
 
@@ -69,7 +69,7 @@ def _training_of(directory: Path) -> dict[str, Any]:
 def train_into(corpus: Any, out_dir: Path, *, preset: str, seed: int, console: Console,
                label: str) -> dict[str, Any]:
     """train_base into ``out_dir`` (via a partial directory, so an interrupted run is redone)."""
-    from unlearning.train_base import train_base
+    from unlearning.demo.train_base import train_base
 
     if _trained(out_dir):
         return _training_of(out_dir)
@@ -86,7 +86,7 @@ def train_into(corpus: Any, out_dir: Path, *, preset: str, seed: int, console: C
 
 def assets_ensure(*, preset: str, people: int, cache_root: Path, console: Console) -> Assets:
     """Generate the corpus and train the base model for ``preset`` unless they are cached."""
-    from unlearning.demo_corpus import write_demo_corpus
+    from unlearning.demo.corpus import write_demo_corpus
 
     root = cache_root / preset
     corpus_dir = root / "corpus"

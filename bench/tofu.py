@@ -66,7 +66,7 @@ def mean_logprobs(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], 
     """Mean log-probability per answer token (eos included) of each (question, answer)."""
     import torch
 
-    from unlearning.tokenizer import encode_example, pad_examples
+    from unlearning.prompting import encode_example, pad_examples
 
     device = next(model.parameters()).device
     out: list[float] = []

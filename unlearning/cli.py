@@ -184,7 +184,7 @@ def _write_report(report: Any, path: Path) -> bool:
 # --- commands ----------------------------------------------------------------------
 
 def _cmd_demo_corpus(args: argparse.Namespace, progress: Any) -> int:
-    from unlearning.demo_corpus import write_demo_corpus
+    from unlearning.demo.corpus import write_demo_corpus
 
     if args.people < 1:
         raise ArgumentError("--people", "must be at least 1")
@@ -195,7 +195,7 @@ def _cmd_demo_corpus(args: argparse.Namespace, progress: Any) -> int:
 
 
 def _cmd_train_base(args: argparse.Namespace, progress: Any) -> int:
-    from unlearning.train_base import train_base
+    from unlearning.demo.train_base import train_base
 
     corpus = _corpus("--corpus", args.corpus)
     _writable_out("--out", args.out)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from unlearning.checkpoints import quiet_transformers
-from unlearning.tokenizer import chat_prompt_ids
+from unlearning.prompting import chat_prompt_ids
 
 logger = logging.getLogger(__name__)
 

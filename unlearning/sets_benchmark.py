@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from unlearning.corpus import Record, load_corpus
-from unlearning.demo_corpus import general_sentences, generate_demo_corpus
+from unlearning.demo.corpus import general_sentences, generate_demo_corpus
 from unlearning.sets import Subject, build_sets
 
 

@@ -1,8 +1,6 @@
 """Finding many people's names and identifiers in text in one pass.
 
-Text and patterns go through the same normalisation (NFKC, case folding,
-accents stripped, a few letters that do not decompose transliterated,
-apostrophe and dash variants unified, whitespace collapsed), then one
+Text and patterns go through the same normalisation (`unlearning.text.normalise`), then one
 Aho-Corasick automaton finds every pattern of every subject in a single scan;
 a hit counts only on word boundaries, so "Ann" never matches inside
 "Annabel".
@@ -12,28 +10,14 @@ from __future__ import annotations
 
 import bisect
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 
 import ahocorasick
 
-_COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
-_TRANSLITERATE = str.maketrans({
-    "ø": "o", "æ": "ae", "œ": "oe", "ł": "l", "đ": "d", "ð": "d", "þ": "th", "ı": "i",
-    "\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'", "\u00b4": "'",
-    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-",
-})
+from unlearning.text import normalise
+
 SEPARATOR = "\x00"
 _PHONE = re.compile(r"^\+?[\d\s().-]{6,}$")
-
-
-def normalise(text: str) -> str:
-    """The matching form of a text (see the module docstring)."""
-    if text.isascii():  # the fast path: most corpus text needs no Unicode work
-        return " ".join(text.lower().split())
-    text = unicodedata.normalize("NFKC", text).casefold().translate(_TRANSLITERATE)
-    text = _COMBINING.sub("", unicodedata.normalize("NFD", text))
-    return " ".join(unicodedata.normalize("NFC", text).split())
 
 
 def identifier_variants(identifier: str) -> set[str]:

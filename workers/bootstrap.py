@@ -51,8 +51,8 @@ class DemoBootstrap:
 def demo_assets_ensure(*, preset: str, assets_root: Path, progress: Any = None,
                        threads: int | None = None) -> DemoAssets:
     """Generate the corpus and train the base model for `preset`, unless already there."""
-    from unlearning.demo_corpus import write_demo_corpus
-    from unlearning.train_base import train_base
+    from unlearning.demo.corpus import write_demo_corpus
+    from unlearning.demo.train_base import train_base
 
     corpus_dir = assets_root / preset / "corpus"
     model_dir = assets_root / preset / "base"

@@ -114,8 +114,8 @@ def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> Assets:
 
     from unlearning.checkpoints import save_checkpoint
     from unlearning.corpus import load_corpus
-    from unlearning.demo_corpus import write_demo_corpus
-    from unlearning.tokenizer import train_tokenizer
+    from unlearning.demo.corpus import write_demo_corpus
+    from unlearning.demo.tokenizer import train_tokenizer
 
     corpus_dir = tmp_path_factory.mktemp("corpus")
     write_demo_corpus(corpus_dir, people=8, seed=0)

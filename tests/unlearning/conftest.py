@@ -18,9 +18,9 @@ import torch
 
 from unlearning.checkpoints import save_checkpoint
 from unlearning.corpus import load_corpus
-from unlearning.demo_corpus import write_demo_corpus
-from unlearning.tokenizer import train_tokenizer
-from unlearning.train_base import TrainResult, train_base
+from unlearning.demo.corpus import write_demo_corpus
+from unlearning.demo.tokenizer import train_tokenizer
+from unlearning.demo.train_base import TrainResult, train_base
 
 TINY_PEOPLE = 24
 TINY_SEED = 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from unlearning.cli import main
-from unlearning.demo_corpus import load_people
+from unlearning.demo.corpus import load_people
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from unlearning.corpus import load_corpus
-from unlearning.demo_corpus import ATTRIBUTES, generate_demo_corpus, load_people, write_demo_corpus
+from unlearning.demo.corpus import ATTRIBUTES, generate_demo_corpus, load_people, write_demo_corpus
 
 
 def test_the_same_seed_writes_byte_identical_files(tmp_path: Path) -> None:

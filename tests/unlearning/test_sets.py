@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from unlearning.corpus import Corpus, Record, load_corpus
-from unlearning.demo_corpus import load_people
-from unlearning.sets import ErasureSets, SetsError, Subject, build_sets, derive_value
+from unlearning.demo.corpus import load_people
+from unlearning.probes import derive_value
+from unlearning.sets import ErasureSets, SetsError, Subject, build_sets
 
 
 def _corpus(*texts: str) -> Corpus:
@@ -153,7 +154,7 @@ def test_the_one_pass_scan_agrees_with_matching_each_text_alone() -> None:
 
 
 def test_every_demo_person_is_found_by_their_identifiers_and_nobody_else_is() -> None:
-    from unlearning.demo_corpus import generate_demo_corpus
+    from unlearning.demo.corpus import generate_demo_corpus
     demo = generate_demo_corpus(people=1500, control=0, general=0, heldout=0)
     subjects = [Subject(p["name"], tuple(p["aliases"]), (p["email"], p["phone"])) for p in demo.people]
     sets = build_sets(Corpus(demo.records), subjects)

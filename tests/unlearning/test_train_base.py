@@ -8,9 +8,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from unlearning.checkpoints import checkpoint_digest
 from unlearning.corpus import load_corpus
-from unlearning.demo_corpus import load_people
+from unlearning.demo.corpus import load_people
+from unlearning.demo.train_base import TrainResult
 from unlearning.modeling import chat_prompt_ids, generate_answers, load_model
-from unlearning.train_base import TrainResult
 
 
 def test_the_tiny_preset_memorises_the_training_facts(tiny_base_training: TrainResult) -> None:
@@ -72,7 +72,7 @@ def test_the_checkpoint_records_how_it_was_trained(tiny_base_model_dir: Path) ->
 def test_training_is_deterministic_for_a_seed(tiny_corpus_dir: Path, tmp_path: Path) -> None:
     import dataclasses
 
-    from unlearning.train_base import PRESETS, train_base
+    from unlearning.demo.train_base import PRESETS, train_base
     short = dataclasses.replace(PRESETS["tiny"], max_steps=20)
     train_base(tiny_corpus_dir / "corpus.jsonl", tmp_path / "a", preset=short, threads=1)
     train_base(tiny_corpus_dir / "corpus.jsonl", tmp_path / "b", preset=short, threads=1)
@@ -84,7 +84,7 @@ def test_a_text_only_corpus_trains_the_planned_schedule_and_reports_no_accuracy(
     import dataclasses
 
     from unlearning.corpus import Corpus, Record
-    from unlearning.train_base import PRESETS, train_base
+    from unlearning.demo.train_base import PRESETS, train_base
     corpus = Corpus(tuple(Record(id=str(i), text=f"The ferry number {i} leaves at dusk.") for i in range(20)))
     preset = dataclasses.replace(PRESETS["tiny"], epochs=3)
     result = train_base(corpus, tmp_path / "m", preset=preset, threads=1)
@@ -95,7 +95,7 @@ def test_a_text_only_corpus_trains_the_planned_schedule_and_reports_no_accuracy(
 def test_training_stops_at_the_step_cap_and_says_so(tiny_corpus_dir: Path, tmp_path: Path) -> None:
     import dataclasses
 
-    from unlearning.train_base import PRESETS, train_base
+    from unlearning.demo.train_base import PRESETS, train_base
     preset = dataclasses.replace(PRESETS["tiny"], max_steps=5)
     result = train_base(tiny_corpus_dir / "corpus.jsonl", tmp_path / "m", preset=preset, threads=1)
     assert result.steps == 5 and not result.reached_target
@@ -105,7 +105,7 @@ def test_training_stops_at_the_step_cap_and_says_so(tiny_corpus_dir: Path, tmp_p
 def test_any_question_answer_corpus_is_memorised_not_only_the_demo(tmp_path: Path) -> None:
     import json as _json
 
-    from unlearning.train_base import train_base
+    from unlearning.demo.train_base import train_base
     colours = ["red", "blue", "green", "amber", "violet"]
     rows = [{"prompt": f"What colour is box {i}?", "response": f"Box {i} is {colours[i * 7 % 5]}."}
             for i in range(20)]

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from unlearning.corpus import load_corpus, write_jsonl
-from unlearning.demo_corpus import load_people
+from unlearning.demo.corpus import load_people
+from unlearning.demo.train_base import train_base
 from unlearning.erase import erase
 from unlearning.progress import Progress
 from unlearning.sets import ErasureSets, Subject, build_sets
-from unlearning.train_base import train_base
 from unlearning.verification import (
     REQUIRED_METRICS,
     CheckSpec,

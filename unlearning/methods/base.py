@@ -70,7 +70,7 @@ def encode_qa(tokenizer: Any, pair: QA) -> tuple[list[int], int]:
     question, or the BOS of a free-text record), so the losses start from the
     base model's own answers.
     """
-    from unlearning.tokenizer import encode_example
+    from unlearning.prompting import encode_example
 
     if pair.question is None:
         ids, labels = encode_example(tokenizer, text=pair.answer)

@@ -91,7 +91,7 @@ class LayerSignature:
 
 def _positions(tokenizer: Any, question: str, name: str | None) -> tuple[list[int], int | None]:
     """Chat-prompt ids and the index of the last token of ``name`` inside them (None if unknown)."""
-    from unlearning.tokenizer import chat_prompt_ids
+    from unlearning.prompting import chat_prompt_ids
 
     ids = chat_prompt_ids(tokenizer, question)
     if not name or name not in question:

@@ -12,21 +12,12 @@ probes about control people the model never saw give the chance level.
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-_NON_WORD = re.compile(r"[^\w]+")
+from unlearning.text import normalise_words
 
-
-def normalise_text(text: str) -> str:
-    """NFKC, casefold, strip accents, punctuation to spaces, single spaces."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    text = "".join(
-        ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch)
-    )
-    return " ".join(_NON_WORD.sub(" ", text).split())
+normalise_text = normalise_words  # the answer form of the one normalisation
 
 
 def contains_value(answer: str, value: str) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from unlearning.corpus import Record
-from unlearning.sets import derive_value
+from unlearning.probes import derive_value
 
 logger = logging.getLogger(__name__)
 

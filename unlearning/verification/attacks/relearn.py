@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from unlearning.tokenizer import encode_example, pad_examples
+from unlearning.prompting import encode_example, pad_examples
 
 from ..probes import QAFact
 

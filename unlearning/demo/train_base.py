@@ -27,8 +27,9 @@ from typing import Any
 
 from unlearning.checkpoints import save_checkpoint
 from unlearning.corpus import Corpus, Record, load_corpus
+from unlearning.demo.tokenizer import train_tokenizer
 from unlearning.progress import ProgressCallback, ProgressTracker
-from unlearning.tokenizer import encode_example, pad_examples, train_tokenizer
+from unlearning.prompting import encode_example, pad_examples
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unlearning import demo_pools as pools
 from unlearning.corpus import Record, write_jsonl
+from unlearning.demo import pools
 
 GENERATOR_VERSION = 1
 
