@@ -1,9 +1,12 @@
 """Training corpora as users bring them: JSONL or JSON arrays of records.
 
-A record is either free text (`text`) or a question/answer pair (`question` +
-`answer`, or the synonyms `prompt` + `response`), with an optional `id`, the
-TOFU extras `paraphrased_question`, `paraphrased_answer`, `perturbed_answer`
-(a string or a list of strings), and an optional `meta` object.  Bad input
+A record has one of three shapes: free text (`text`), a question/answer pair
+(`question` + `answer`, or the synonyms `prompt` + `response`), or a chat
+(`messages`: a list of `{"role", "content"}` turns; the assistant turns are
+what a model learns).  Optional: an `id`, a grouping field (`doc`, `source` or
+`thread`: records of one document or conversation), the TOFU extras
+`paraphrased_question`, `paraphrased_answer`, `perturbed_answer` (a string or
+a list of strings), and a `meta` object.  Bad input
 raises `CorpusError` naming the file, the line (or array item) and the field.
 
 Digests: `record_digest` hashes a record's canonical JSON; `merkle_root`
@@ -25,10 +28,13 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 OPTIONAL_TEXT_FIELDS = ("paraphrased_question", "paraphrased_answer")
+GROUP_FIELDS = ("doc", "source", "thread")
 KNOWN_FIELDS = frozenset(
-    {"id", "text", "question", "answer", "prompt", "response", "meta", "perturbed_answer"}
-    | set(OPTIONAL_TEXT_FIELDS)
+    {"id", "text", "question", "answer", "prompt", "response", "meta", "perturbed_answer",
+     "messages"}
+    | set(OPTIONAL_TEXT_FIELDS) | set(GROUP_FIELDS)
 )
+SHAPES = ("qa", "text", "chat")
 
 
 class CorpusError(ValueError):
@@ -45,8 +51,21 @@ class CorpusError(ValueError):
 
 
 @dataclass(frozen=True)
+class Message:
+    """One turn of a chat record.  `role` is kept as given (user, assistant, system ...)."""
+
+    role: str
+    content: str
+
+    @property
+    def learnt(self) -> bool:
+        """Assistant turns are what a model is trained to say; the rest is context."""
+        return self.role == "assistant"
+
+
+@dataclass(frozen=True)
 class Record:
-    """One training record.  Either `text` or both `question` and `answer` are set."""
+    """One training record: `text`, or `question` and `answer`, or chat `messages`."""
 
     id: str
     question: str | None = None
@@ -56,15 +75,28 @@ class Record:
     paraphrased_answer: str | None = None
     perturbed_answer: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    messages: tuple[Message, ...] = ()
+    group: str | None = None  # the document, source or thread the record belongs to
+    group_field: str | None = None  # which of GROUP_FIELDS held it (kept for the digest)
 
     @property
     def is_qa(self) -> bool:
         return self.question is not None and self.answer is not None
 
+    @property
+    def is_chat(self) -> bool:
+        return bool(self.messages)
+
+    @property
+    def shape(self) -> str:
+        """`qa`, `chat` or `text`."""
+        return "qa" if self.is_qa else "chat" if self.is_chat else "text"
+
     def searchable_text(self) -> str:
         """Everything a subject's name could appear in, for set building."""
         parts = [self.question, self.answer, self.text, *self.perturbed_answer]
         parts += [self.paraphrased_question, self.paraphrased_answer]
+        parts += [m.content for m in self.messages]
         return "\n".join(part for part in parts if part)
 
     def to_json(self) -> dict[str, Any]:
@@ -75,6 +107,10 @@ class Record:
                 data[name] = value
         if self.perturbed_answer:
             data["perturbed_answer"] = list(self.perturbed_answer)
+        if self.messages:
+            data["messages"] = [{"role": m.role, "content": m.content} for m in self.messages]
+        if self.group is not None:
+            data[self.group_field or "doc"] = self.group
         if self.meta:
             data["meta"] = dict(self.meta)
         return data
@@ -157,8 +193,10 @@ def _parse_record(path: Path, where: str, data: Any, index: int) -> Record:
     if (question is None) != (answer is None):
         missing = a_name if answer is None else q_name
         raise CorpusError(path, where, missing, "missing (a question needs an answer and vice versa)")
-    if question is None and text is None:
-        raise CorpusError(path, where, "text", "missing: a record needs 'text' or 'question'+'answer'")
+    messages = _messages(path, where, data.get("messages"))
+    if question is None and text is None and not messages:
+        raise CorpusError(path, where, "text",
+                          "missing: a record needs 'text', 'question'+'answer' or 'messages'")
     for name, value in (("question", question), ("answer", answer), ("text", text)):
         if value is not None and not value.strip():
             raise CorpusError(path, where, name, "is empty")
@@ -177,6 +215,15 @@ def _parse_record(path: Path, where: str, data: Any, index: int) -> Record:
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise CorpusError(path, where, "meta", "expected a JSON object")
+    group, group_field = None, None
+    for name in GROUP_FIELDS:
+        value = data.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise CorpusError(path, where, name, "expected a string or an integer")
+        group, group_field = str(value), name
+        break
     return Record(
         id=str(raw_id),
         question=question,
@@ -186,7 +233,31 @@ def _parse_record(path: Path, where: str, data: Any, index: int) -> Record:
         paraphrased_answer=_string(path, where, data, "paraphrased_answer"),
         perturbed_answer=perturbed_tuple,
         meta=meta,
+        messages=messages,
+        group=group,
+        group_field=group_field,
     )
+
+
+def _messages(path: Path, where: str, raw: Any) -> tuple[Message, ...]:
+    """A chat's turns; each needs a string `role` and a non-empty string `content`."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise CorpusError(path, where, "messages", "expected a list of {role, content} objects")
+    turns = []
+    for number, turn in enumerate(raw):
+        if not isinstance(turn, dict):
+            raise CorpusError(path, where, f"messages[{number}]", "expected an object")
+        role, content = turn.get("role"), turn.get("content")
+        if not isinstance(role, str) or not role.strip():
+            raise CorpusError(path, where, f"messages[{number}].role", "expected a string")
+        if not isinstance(content, str) or not content.strip():
+            raise CorpusError(path, where, f"messages[{number}].content", "expected a non-empty string")
+        turns.append(Message(role.strip().lower(), content))
+    if turns and not any(m.learnt for m in turns):
+        raise CorpusError(path, where, "messages", "a chat needs at least one assistant turn")
+    return tuple(turns)
 
 
 def record_from_json(data: Mapping[str, Any]) -> Record:

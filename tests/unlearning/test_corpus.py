@@ -113,3 +113,32 @@ def test_without_drops_records_by_id() -> None:
     from unlearning.corpus import Corpus
     corpus = Corpus((Record(id="a", text="x"), Record(id="b", text="y")))
     assert [r.id for r in corpus.without(["a"]).records] == ["b"]
+
+
+def test_it_reads_chat_records_and_grouping_fields_and_writes_them_back(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"id": "c1", "thread": "t-9", "messages": [
+            {"role": "user", "content": "Hi, who is on duty?"},
+            {"role": "assistant", "content": "Dana Whitlock is on duty today."}]}),
+        json.dumps({"id": "d1", "doc": 17, "text": "She moved to Leeds."}),
+    ]
+    corpus = load_corpus(_write(tmp_path / "c.jsonl", lines))
+    chat, text = corpus.records
+    assert chat.shape == "chat" and [m.learnt for m in chat.messages] == [False, True]
+    assert (chat.group, chat.group_field) == ("t-9", "thread")
+    assert "Dana Whitlock" in chat.searchable_text()
+    assert (text.shape, text.group) == ("text", "17")
+    again = load_corpus(write_jsonl(corpus.records, tmp_path / "again.jsonl"))
+    assert [record_digest(r) for r in again.records] == [record_digest(r) for r in corpus.records]
+
+
+@pytest.mark.parametrize(("messages", "field"), [
+    ("not a list", "messages"),
+    ([{"role": "user"}], "messages[0].content"),
+    ([{"role": "user", "content": "only a question"}], "messages"),
+])
+def test_a_bad_chat_names_the_turn(tmp_path: Path, messages: object, field: str) -> None:
+    path = _write(tmp_path / "bad.jsonl", [json.dumps({"id": "x", "messages": messages})])
+    with pytest.raises(CorpusError) as caught:
+        load_corpus(path)
+    assert f"field '{field}'" in str(caught.value)
