@@ -9,7 +9,7 @@ replaced by each alias) and a cloze prefix of the answer.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -99,3 +99,19 @@ def probes_for(record: Record, subject: Subject, index: int) -> list[Probe]:
     if cloze:
         probes.append(make("cloze", cloze))
     return probes
+
+
+def build_probes(
+    forget: Sequence[Record], subjects: Sequence[Subject], record_subjects: Mapping[str, Sequence[int]],
+) -> tuple[Probe, ...]:
+    """Every probe of an erasure: for each forget record, probes about the first subject it names.
+
+    `record_subjects[record.id]` lists the indices (into `subjects`) of the
+    subjects a forget record is about; set building provides it.
+    """
+    out: list[Probe] = []
+    for record in forget:
+        found = record_subjects.get(record.id) or ()
+        if found:
+            out.extend(probes_for(record, subjects[found[0]], found[0]))
+    return tuple(out)

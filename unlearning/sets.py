@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from unlearning.corpus import Corpus, Record, iter_records, merkle_root, record_digest, write_jsonl
-from unlearning.probes import PROBE_KINDS, Probe, probes_for
+from unlearning.probes import PROBE_KINDS, Probe, build_probes
 from unlearning.text_matching import MultiMatcher
 
 
@@ -273,7 +273,7 @@ def _build(
         for index in found:
             counts[index] += 1
     forget = tuple(record for record, _ in hits)
-    probes = [p for record, found in hits for p in probes_for(record, subjects[found[0]], found[0])]
+    probes = build_probes(forget, subjects, {record.id: found for record, found in hits})
     return ErasureSets(
         subjects=tuple(subjects), forget=forget,
         retain=_retain(forget, others, per_forget=retain_per_forget, seed=seed),
