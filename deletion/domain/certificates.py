@@ -122,6 +122,18 @@ class SetFacts:
     retain_count: int
     probe_count: int | None = None
 
+    @classmethod
+    def from_job_sets(cls, sets: Mapping[str, Any], *, corpus_name: str, corpus_version: int,
+                      corpus_manifest_digest: str) -> SetFacts:
+        """The digests and counts a job stored when its sets were built (``jobs.sets``)."""
+        return cls(
+            corpus_name=corpus_name, corpus_version=corpus_version,
+            corpus_manifest_digest=corpus_manifest_digest,
+            forget_digest=str(sets["forget_digest"]), forget_count=int(sets["forget"]),
+            retain_digest=str(sets["retain_digest"]), retain_count=int(sets["retain"]),
+            probe_count=int(sets["probes"]) if "probes" in sets else None,
+        )
+
 
 @dataclass(frozen=True)
 class CheckpointFacts:
@@ -151,8 +163,20 @@ class VerificationFacts:
 
     @classmethod
     def from_report(cls, report: Mapping[str, Any]) -> VerificationFacts:
-        """Read the engine's ``Report.to_json()`` shape (docs/internals.md)."""
-        policy = report["policy"]
+        """Read the engine's ``Report.to_json()`` shape (docs/internals.md).
+
+        The one mapping from a report to certificate facts: the certify service
+        (``services.certification``) and the tests both use it.  Policy, verdict and
+        guarantee class must be stated (a report without them is not evidence, and a
+        missing guarantee must never default to ``weights``); check values and
+        thresholds are numbers or None; metrics keep only numeric values (as floats).
+        """
+        policy = report.get("policy")
+        if not isinstance(policy, Mapping) or "name" not in policy or "version" not in policy:
+            raise DomainError("the verification report names no policy")
+        for key in ("passed", "guarantee"):
+            if key not in report:
+                raise DomainError(f"the verification report has no {key!r}")
         return cls(
             policy_name=str(policy["name"]),
             policy_version=str(policy["version"]),
@@ -161,15 +185,37 @@ class VerificationFacts:
             checks=tuple(
                 CheckVerdict(
                     name=str(c["name"]),
-                    value=c.get("value"),
-                    threshold=c.get("threshold"),
+                    value=_number(c.get("value")),
+                    threshold=_number(c.get("threshold")),
                     comparator=str(c.get("comparator", "")),
-                    passed=bool(c["passed"]),
+                    passed=bool(c.get("passed")),
                 )
                 for c in report.get("checks", ())
             ),
-            metrics=dict(report.get("metrics", {})),
+            metrics={
+                str(k): _number(v) for k, v in (report.get("metrics") or {}).items()
+                if v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+            },
         )
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DomainError(f"a check value must be a number, not {type(value).__name__}")
+    return float(value)
+
+
+def report_verified_at(report: Mapping[str, Any]) -> datetime | None:
+    """When the engine finished verifying (the worker stamps ``verified_at``), if stated."""
+    stamp = report.get("verified_at")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp)
+    except ValueError:
+        raise DomainError(f"verified_at is not an ISO 8601 time: {stamp[:40]!r}") from None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,15 @@ CERTIFICATE_CHAIN = "certificates"
 
 
 def chain_head_lock(session: Session, *, name: str) -> ChainHead:
-    """The chain's tip, locked until the caller's transaction ends (created at genesis)."""
+    """The chain's tip, locked until the caller's transaction ends (created at genesis).
+
+    One ``SELECT ... FOR UPDATE`` on every append but the very first: the genesis row is
+    inserted (``ON CONFLICT DO NOTHING``, so two first appenders cannot both create it)
+    only when the lock finds no row.
+    """
+    head = _locked_head(session, name)
+    if head is not None:
+        return head
     dialect = session.get_bind().dialect.name
     values = {"name": name, "seq": 0, "hash": GENESIS_HASH}
     if dialect in ("postgresql", "sqlite"):
@@ -31,10 +39,17 @@ def chain_head_lock(session: Session, *, name: str) -> ChainHead:
     elif session.get(ChainHead, name) is None:
         session.add(ChainHead(**values))
         session.flush()
+    head = _locked_head(session, name)
+    if head is None:  # pragma: no cover - the row was inserted just above
+        raise RuntimeError(f"chain {name}: head row vanished")
+    return head
+
+
+def _locked_head(session: Session, name: str) -> ChainHead | None:
     return session.execute(
         select(ChainHead).where(ChainHead.name == name).with_for_update()
         .execution_options(populate_existing=True)
-    ).scalar_one()
+    ).scalar_one_or_none()
 
 
 def chain_head_advance(session: Session, head: ChainHead, *, seq: int, hash_hex: str) -> None:

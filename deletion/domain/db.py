@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -70,3 +70,8 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def rows_changed(result: Result[Any]) -> int:
+    """Rows an UPDATE or DELETE changed (``Session.execute`` is typed as a plain Result)."""
+    return int(cast(CursorResult[Any], result).rowcount)

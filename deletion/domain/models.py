@@ -84,6 +84,10 @@ class ErasureRequest(Base):
     # NULL once purged after the retention period.
     subject_ciphertext: Mapped[bytes | None] = mapped_column(LargeBinary)
     subject_key_id: Mapped[str] = mapped_column(String(32))
+    # What the AES-GCM associated data names (deletion.domain.crypto): 2 = the column and
+    # this row's reference, so a ciphertext copied to another row no longer opens; 1 = the
+    # column only (rows written before revision 0002, resealed by beat).
+    subject_ad_version: Mapped[int] = mapped_column(Integer, default=2, server_default=text("1"))
     # HMAC blind index of the normalised name (also one row per identifier in subject_index).
     subject_hmac: Mapped[str] = mapped_column(String(HASH), index=True)
     blind_key_id: Mapped[str] = mapped_column(String(32))
@@ -97,7 +101,11 @@ class ErasureRequest(Base):
     priority: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(24), index=True)
     submitted_by: Mapped[str] = mapped_column(String(150))
+    # The staff account ids behind the actor strings: four-eyes compares these, because
+    # a username can be changed (or differ only in case) while the person stays the same.
+    submitted_by_id: Mapped[int | None] = mapped_column(Integer)
     reviewed_by: Mapped[str | None] = mapped_column(String(150))
+    reviewed_by_id: Mapped[int | None] = mapped_column(Integer)
     decided_at: Mapped[datetime | None]
     reason_code: Mapped[str | None] = mapped_column(String(48))
     decision_note: Mapped[str | None] = mapped_column(Text)
@@ -138,8 +146,49 @@ class DeadlineAlert(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     request_id: Mapped[int] = mapped_column(ForeignKey("erasure_requests.id"))
-    kind: Mapped[str] = mapped_column(String(8))  # "7d", "2d"
+    kind: Mapped[str] = mapped_column(String(8))  # "7d", "2d", "0d" (on the day)
     sent_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RequestResolution(Base):
+    """What to do about a request whose erasure failed, proposed by an officer and
+    decided by a reviewer who is not the proposer: retry (another method or a stronger
+    preset), retraining required, or a refusal under Art. 17(3)."""
+
+    __tablename__ = "request_resolutions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    request_id: Mapped[int] = mapped_column(ForeignKey("erasure_requests.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # retry, retraining, refusal
+    method: Mapped[str | None] = mapped_column(String(32))
+    preset: Mapped[str | None] = mapped_column(String(32))
+    reason_code: Mapped[str | None] = mapped_column(String(48))
+    note: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # proposed, approved, declined
+    proposed_by: Mapped[str] = mapped_column(String(150))
+    proposed_by_id: Mapped[int | None] = mapped_column(Integer)
+    proposed_at: Mapped[datetime] = mapped_column(default=utcnow)
+    decided_by: Mapped[str | None] = mapped_column(String(150))
+    decided_by_id: Mapped[int | None] = mapped_column(Integer)
+    decided_at: Mapped[datetime | None]
+    decision_note: Mapped[str | None] = mapped_column(Text)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"))
+
+
+class LetterTemplate(Base):
+    """The reply to the data subject (Art. 12(3)/(4)), per language and outcome; editable."""
+
+    __tablename__ = "letter_templates"
+    __table_args__ = (UniqueConstraint("language", "kind"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    language: Mapped[str] = mapped_column(String(8))
+    kind: Mapped[str] = mapped_column(String(16))  # completed, refused
+    subject: Mapped[str] = mapped_column(String(200))
+    body: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    updated_by: Mapped[str] = mapped_column(String(150))
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 # ------------------------------------------------------------------- model registry
@@ -157,6 +206,12 @@ class Model(Base):
         ForeignKey("checkpoints.id", use_alter=True)
     )
     batch_window_hours: Mapped[int] = mapped_column(Integer, default=24)
+    # Finer than the hours column when set (a demo's window of a few minutes); the
+    # effective window is ``deletion.domain.services.batches.batch_window``.
+    batch_window_minutes: Mapped[int | None] = mapped_column(Integer)
+    # Who owns the model (the ML team): told when an erasure needs a retraining.
+    owner_email: Mapped[str | None] = mapped_column(String(254))
+    owner_webhook_url: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     serving_checkpoint: Mapped[Checkpoint | None] = relationship(
@@ -203,6 +258,11 @@ class Corpus(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Records about people the model never saw (any corpus format): the verifier's
+    # chance level.  Registered with the corpus; kept across its tombstone versions.
+    control_path: Mapped[str | None] = mapped_column(Text)
+    control_manifest_digest: Mapped[str | None] = mapped_column(String(HASH))
+    control_record_count: Mapped[int | None] = mapped_column(Integer)
 
     versions: Mapped[list[CorpusVersion]] = relationship(
         order_by="CorpusVersion.version", back_populates="corpus"
@@ -219,6 +279,10 @@ class CorpusVersion(Base):
     path: Mapped[str] = mapped_column(Text)
     manifest_digest: Mapped[str] = mapped_column(String(HASH))
     record_count: Mapped[int | None] = mapped_column(Integer)
+    # What registration read: the formats of its shards (e.g. "jsonl+zstd,parquet") and
+    # the items that fit no record shape (named in the registration's audit event).
+    formats: Mapped[str | None] = mapped_column(String(200))
+    skipped_count: Mapped[int | None] = mapped_column(Integer)
     # Record ids excluded from this version on (cumulative over the tombstones).
     tombstoned_count: Mapped[int] = mapped_column(Integer, default=0)
     # The job whose tombstones made this version (jobs point back here: use_alter).
@@ -281,6 +345,9 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(Text)
     worker: Mapped[str | None] = mapped_column(String(200))
     heartbeat_at: Mapped[datetime | None]
+    # Random token of the current stage claim (services/jobs.py): every write a stage makes
+    # is conditional on it, so a copy whose claim was taken over changes nothing.
+    claim_token: Mapped[str | None] = mapped_column(String(32))
     created_by: Mapped[str] = mapped_column(String(150))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
@@ -318,6 +385,27 @@ class VerificationResult(Base):
     policy_name: Mapped[str] = mapped_column(String(64))
     policy_version: Mapped[str] = mapped_column(String(32))
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class VerificationReport(Base):
+    """The engine's report for one candidate, stored when verification ends; append-only.
+
+    Certification signs what this row holds (canonical JSON, ``digest`` = its sha256),
+    never a file: a report file in the job's work folder that differs from it is an
+    integrity failure.
+    """
+
+    __tablename__ = "verification_reports"
+    __table_args__ = (UniqueConstraint("job_id", "candidate_checkpoint_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    round: Mapped[int] = mapped_column(Integer, default=0)
+    candidate_checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id"))
+    report: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(String(HASH))
+    passed: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -368,6 +456,25 @@ class AuditEvent(Base):
         return loaded
 
 
+class AuditSeal(Base):
+    """A keyed seal over the audit chain up to ``sealed_seq``; append-only.
+
+    ``mac`` is HMAC-SHA256 under a key only the sealing worker holds
+    (``deletion.domain.seals``), over the seal's canonical JSON.  Because each event's
+    hash covers every earlier one, a seal vouches for the whole chain up to its seq:
+    whoever rewrites those rows must also forge a seal, which needs the key.
+    """
+
+    __tablename__ = "audit_seals"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sealed_seq: Mapped[int] = mapped_column(BigInteger, index=True)
+    chain_hash: Mapped[str] = mapped_column(String(HASH))
+    key_id: Mapped[str] = mapped_column(String(32))
+    mac: Mapped[str] = mapped_column(String(HASH))
+    sealed_at: Mapped[datetime]
+
+
 class ChainHead(Base):
     """The tip of a hash chain; appenders lock this row so the chain cannot fork."""
 
@@ -394,6 +501,8 @@ class Recipient(Base):
     # Webhook signing secret, encrypted like subject identifiers.
     secret_ciphertext: Mapped[bytes | None] = mapped_column(LargeBinary)
     secret_key_id: Mapped[str | None] = mapped_column(String(32))
+    # As erasure_requests.subject_ad_version; 2 binds the ciphertext to this row's id.
+    secret_ad_version: Mapped[int] = mapped_column(Integer, default=2, server_default=text("1"))
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

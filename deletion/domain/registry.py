@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -51,14 +52,28 @@ class StaleBase(DomainError):
 def checkpoint_digest(directory: str | os.PathLike[str]) -> str:
     """sha256 hex of the lines ``<relative posix path>:<sha256 hex>\\n`` of every regular
     file under ``directory``, sorted by path (docs/internals.md; the engine's
-    ``unlearning.checkpoints.checkpoint_digest`` implements the same recipe)."""
+    ``unlearning.checkpoints.checkpoint_digest`` implements the same recipe).
+
+    A symlink (or any file that is not regular) anywhere under the directory is refused
+    with ``ValidationError``, not skipped: a skipped link would let bytes outside the
+    digest (code named by ``auto_map``, say) load with the checkpoint.
+    """
     root = Path(directory)
-    if not root.is_dir():
+    if root.is_symlink() or not root.is_dir():
         raise ValidationError("directory", f"not a directory: {root}")
     lines = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
+    for current, dirs, files in os.walk(root):
+        for name in sorted(dirs + files):
+            path = Path(current, name)
+            mode = path.lstat().st_mode
+            if stat.S_ISDIR(mode):
+                continue
+            if not stat.S_ISREG(mode):
+                kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
+                raise ValidationError(
+                    "directory", f"{path.relative_to(root).as_posix()} in {root} is {kind}: refused")
             lines.append(f"{path.relative_to(root).as_posix()}:{_file_sha256(path)}\n")
+        # os.walk lists a symlinked folder among `dirs` without following it: refused above.
     return sha256_hex("".join(sorted(lines)))
 
 
@@ -82,15 +97,30 @@ def checkpoint_check_files(checkpoint: Checkpoint) -> None:
     serve, and a job must not start from bytes nobody registered.  A missing
     directory counts as corrupted.
     """
-    try:
-        actual = checkpoint_digest(checkpoint.directory)
-    except ValidationError:
-        actual = "missing"
+    actual = checkpoint_files_digest(checkpoint.directory)
     if actual != checkpoint.digest:
         raise CheckpointCorrupted(
             f"checkpoint {checkpoint.id} (v{checkpoint.version}) no longer matches its "
             f"registered digest {checkpoint.digest[:12]} (files now: {actual[:12]})"
         )
+
+
+MISSING = "missing"
+REFUSED = "refused"
+
+
+def checkpoint_files_digest(directory: str) -> str:
+    """The digest of the files now, or ``missing`` / ``refused`` (a symlink or special
+    file inside): never equal to a registered digest."""
+    root = Path(directory)
+    if not root.is_dir():
+        return MISSING
+    try:
+        return checkpoint_digest(root)
+    except ValidationError:
+        return REFUSED
+    except FileNotFoundError:  # removed while it was being hashed
+        return MISSING
 
 
 # ------------------------------------------------------------------------ models
@@ -113,6 +143,8 @@ def model_register(
     model = Model(
         name=name, description=description, corpus_id=corpus_id,
         batch_window_hours=batch_window_hours or config.current().batch_window_hours,
+        # Minutes only when no explicit hours were asked for (the configured default).
+        batch_window_minutes=None if batch_window_hours else config.current().batch_window_minutes,
     )
     session.add(model)
     session.flush()
@@ -147,6 +179,7 @@ def model_schedule_update(
     model = model_get(session, name=name, for_update=True)
     previous = model.batch_window_hours
     model.batch_window_hours = batch_window_hours
+    model.batch_window_minutes = None  # whole hours from now on
     audit_append(
         session, actor=actor, action="model.schedule_changed", object_type="model",
         object_ref=name, details={"batch_window_hours": batch_window_hours, "previous": previous},
@@ -269,12 +302,29 @@ def checkpoint_promote(
     return candidate
 
 
+class ServingCheckpointProtected(DomainError):
+    """Only a promotion that replaces the serving checkpoint may retire it."""
+
+    status = 409
+
+
 def checkpoint_retire(
     session: Session, *, actor: str, checkpoint_id: int, reason: str, now: datetime | None = None
 ) -> Checkpoint:
-    """Retire a candidate that will never serve (its job was rejected); destroy it soon."""
+    """Retire a candidate that will never serve (its job was rejected, re-based or
+    dead-lettered); destroy it soon.
+
+    Only a ``candidate`` may be retired here: a checkpoint that serves (or served) is
+    retired by ``checkpoint_promote`` alone, in the transaction that makes its successor
+    serve, so the serving pointer can never name a checkpoint that is due for destruction.
+    """
     now = now or utcnow()
     checkpoint = _checkpoint(session, checkpoint_id)
+    if checkpoint.status != CheckpointStatus.CANDIDATE or _serves(session, checkpoint.id):
+        raise ServingCheckpointProtected(
+            f"checkpoint {checkpoint_id} is {checkpoint.status}, not a candidate: "
+            "only a promotion that replaces it retires it"
+        )
     checkpoint.status = check_checkpoint_transition(checkpoint.status, CheckpointStatus.RETIRED)
     checkpoint.retired_at = now
     checkpoint.destroy_after = now
@@ -290,7 +340,9 @@ def checkpoint_destroy(
 ) -> Checkpoint:
     """Record that a retired checkpoint's files were deleted (the worker deletes them)."""
     checkpoint = _checkpoint(session, checkpoint_id)
-    checkpoint.status = check_checkpoint_transition(checkpoint.status, CheckpointStatus.DESTROYED)
+    status = check_checkpoint_transition(checkpoint.status, CheckpointStatus.DESTROYED)
+    checkpoint_check_destroyable(session, checkpoint)
+    checkpoint.status = status
     checkpoint.destroyed_at = now or utcnow()
     audit_append(
         session, actor=actor, action="checkpoint.destroyed", object_type="checkpoint",
@@ -306,6 +358,26 @@ def checkpoints_due_for_destruction(session: Session, *, now: datetime | None = 
             Checkpoint.destroy_after <= (now or utcnow()),
         ).order_by(Checkpoint.id)
     ).scalars())
+
+
+def checkpoint_check_destroyable(session: Session, checkpoint: Checkpoint) -> None:
+    """Raise unless the checkpoint is retired and no model's serving pointer names it.
+
+    The worker calls this (row locked) before it deletes any file, and
+    ``checkpoint_destroy`` again before it records the deletion.
+    """
+    if _serves(session, checkpoint.id):
+        raise ServingCheckpointProtected(
+            f"checkpoint {checkpoint.id} is a model's serving checkpoint: never destroyed")
+    if checkpoint.status != CheckpointStatus.RETIRED:
+        raise ServingCheckpointProtected(
+            f"checkpoint {checkpoint.id} is {checkpoint.status}, not retired: not destroyed")
+
+
+def _serves(session: Session, checkpoint_id: int) -> bool:
+    return session.execute(
+        select(Model.id).where(Model.serving_checkpoint_id == checkpoint_id).limit(1)
+    ).first() is not None
 
 
 def _checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
@@ -410,3 +482,66 @@ def corpus_tombstone(
                  "manifest_digest": version.manifest_digest},
     )
     return version
+
+
+# -------------------------------------------------------- corpus sources (control)
+
+
+def corpus_register_sources(
+    session: Session,
+    *,
+    actor: str,
+    name: str,
+    path: str,
+    manifest_digest: str,
+    record_count: int | None = None,
+    formats: str | None = None,
+    skipped_count: int | None = None,
+    control_path: str | None = None,
+    control_manifest_digest: str | None = None,
+    control_record_count: int | None = None,
+) -> CorpusVersion:
+    """Register a training corpus together with its optional control corpus (records about
+    people the model never saw), both already read by the caller (which computed their
+    digests and counts; the domain reads no corpus files).
+
+    Idempotent like ``corpus_register``: the same contents and the same control return the
+    current version; another control for a corpus that has one is refused.
+    """
+    if control_path is not None and not control_manifest_digest:
+        raise ValidationError("control_path", "a control corpus needs its manifest digest")
+    existed = session.execute(select(Corpus.id).where(Corpus.name == name)).first() is not None
+    version = corpus_register(session, actor=actor, name=name, path=path, manifest_digest=manifest_digest,
+                              record_count=record_count)
+    corpus = session.get_one(Corpus, version.corpus_id)
+    if not existed:
+        version.formats = formats
+        version.skipped_count = skipped_count
+        if skipped_count:
+            audit_append(
+                session, actor=actor, action="corpus.items_skipped", object_type="corpus", object_ref=name,
+                details={"version": version.version, "skipped": skipped_count,
+                         "reason": "items that fit no record shape (text, question+answer, messages)"},
+            )
+    if control_path is None:
+        return version
+    if corpus.control_manifest_digest is not None:
+        if corpus.control_manifest_digest != control_manifest_digest:
+            raise ValidationError("control_path", f"corpus {name} already has another control corpus")
+        return version
+    corpus.control_path = control_path
+    corpus.control_manifest_digest = control_manifest_digest
+    corpus.control_record_count = control_record_count
+    audit_append(
+        session, actor=actor, action="corpus.control_registered", object_type="corpus", object_ref=name,
+        details={"manifest_digest": control_manifest_digest, "records": control_record_count},
+    )
+    return version
+
+
+def corpus_control_path(session: Session, *, corpus_id: int) -> str | None:
+    """The registered control corpus of a corpus, or None (the verifier then builds its own)."""
+    corpus = session.get(Corpus, corpus_id)
+    if corpus is None:
+        raise NotFound(f"no corpus {corpus_id}")
+    return corpus.control_path

@@ -21,6 +21,9 @@ class RequestStatus(StrEnum):
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
     NEEDS_ATTENTION = "needs_attention"
+    # A reviewer decided that unlearning cannot erase the subject: the model's owner
+    # retrains without the subject's records; a retry then verifies the new model.
+    RETRAINING = "retraining"
 
 
 class JobStage(StrEnum):
@@ -49,14 +52,19 @@ REQUEST_TRANSITIONS: dict[RequestStatus, frozenset[RequestStatus]] = {
     # A job can be rejected or dead-lettered before it ever starts its requests.
     R.SCHEDULED: frozenset({R.IN_PROGRESS, R.NEEDS_ATTENTION}),
     R.IN_PROGRESS: frozenset({R.COMPLETED, R.NEEDS_ATTENTION}),
-    R.NEEDS_ATTENTION: frozenset({R.SCHEDULED, R.CANCELED}),
+    # The resolution path of a failed erasure: a retry, retraining, or a refusal.
+    R.NEEDS_ATTENTION: frozenset({R.SCHEDULED, R.CANCELED, R.RETRAINING, R.DENIED}),
+    R.RETRAINING: frozenset({R.SCHEDULED, R.CANCELED, R.DENIED}),
     R.DENIED: frozenset(),
     R.CANCELED: frozenset(),
     R.COMPLETED: frozenset(),
 }
 OPEN_REQUEST_STATUSES = frozenset(
-    {R.SUBMITTED, R.APPROVED, R.SCHEDULED, R.IN_PROGRESS, R.NEEDS_ATTENTION}
+    {R.SUBMITTED, R.APPROVED, R.SCHEDULED, R.IN_PROGRESS, R.NEEDS_ATTENTION, R.RETRAINING}
 )
+# After a reviewer's approval, only a second person (a reviewer, never the submitter)
+# may cancel, and only with a reason (four-eyes holds both ways).
+CANCEL_NEEDS_REVIEW = frozenset({R.APPROVED, R.NEEDS_ATTENTION, R.RETRAINING})
 
 J = JobStage
 # The pipeline order; every running stage may also fail (retryable) or be rejected.
@@ -71,10 +79,14 @@ JOB_TRANSITIONS: dict[JobStage, frozenset[JobStage]] = {
     },
     # Escalation after a failed verification re-runs unlearning with stronger settings.
     J.VERIFYING: frozenset({J.CERTIFYING, J.UNLEARNING, J.FAILED, J.REJECTED}),
-    # Re-basing: the serving checkpoint moved under the job (found when certifying, where
-    # the serving pointer moves, or when promoting), so it starts again from the new one.
+    # Re-basing: the serving checkpoint moved under the job before it was certified (found
+    # in the certify transaction, where the serving pointer moves), so it starts again from
+    # the new one.
     J.CERTIFYING: frozenset({J.PROMOTING, J.QUEUED, J.FAILED, J.REJECTED}),
-    J.PROMOTING: frozenset({J.DONE, J.QUEUED, J.FAILED, J.REJECTED}),
+    # `promoting` begins in the transaction that issued the certificate and moved the
+    # serving pointer: from here the job can only finish.  A crash in promote resumes
+    # promote; it never fails, re-queues or re-bases a job whose candidate already serves.
+    J.PROMOTING: frozenset({J.DONE}),
     J.FAILED: frozenset({J.QUEUED, J.REJECTED}),
     J.DONE: frozenset(),
     J.REJECTED: frozenset(),
@@ -86,6 +98,8 @@ JOB_ACTIVE_STAGES = frozenset(JobStage) - JOB_TERMINAL
 C = CheckpointStatus
 CHECKPOINT_TRANSITIONS: dict[CheckpointStatus, frozenset[CheckpointStatus]] = {
     C.CANDIDATE: frozenset({C.SERVING, C.RETIRED}),
+    # Only `registry.checkpoint_promote` takes this edge, in the transaction that makes
+    # its successor serve; `checkpoint_retire` refuses a serving checkpoint.
     C.SERVING: frozenset({C.RETIRED}),
     # Never back to serving: a retired checkpoint may still hold erased data.
     C.RETIRED: frozenset({C.DESTROYED}),

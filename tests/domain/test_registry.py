@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from deletion.domain import registry
-from deletion.domain.errors import DomainError, InvalidTransition
+from deletion.domain.errors import DomainError, InvalidTransition, ValidationError
 from deletion.domain.models import Certificate, CheckpointCertificate, Model, utcnow
 from deletion.domain.services import job_claim, job_create
 from deletion.domain.states import CheckpointStatus
@@ -19,7 +19,6 @@ def test_the_checkpoint_digest_follows_the_documented_recipe(tmp_path: Path) -> 
     (tmp_path / "sub").mkdir()
     (tmp_path / "b.bin").write_bytes(b"\x00\x01")
     (tmp_path / "sub" / "a.json").write_text("{}")
-    (tmp_path / "link").symlink_to(tmp_path / "b.bin")
     lines = sorted(
         f"{name}:{hashlib.sha256(data).hexdigest()}\n"
         for name, data in (("b.bin", b"\x00\x01"), ("sub/a.json", b"{}"))
@@ -34,6 +33,29 @@ def test_it_agrees_with_the_engines_checkpoint_digest(tmp_path: Path) -> None:
 
     make_checkpoint_dir(tmp_path, "ckpt")
     assert registry.checkpoint_digest(tmp_path / "ckpt") == engine.checkpoint_digest(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("target", ["file inside", "file outside", "folder outside"])
+def test_both_digests_refuse_a_symlink_instead_of_skipping_it(tmp_path: Path, target: str) -> None:
+    """Fails on the old code, which skipped links: code or weights outside the digest
+    could then load with a checkpoint whose digest still matched."""
+    from unlearning import checkpoints as engine
+
+    directory = make_checkpoint_dir(tmp_path, "ckpt")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kif_remote.py").write_text("import os  # not what was registered\n")
+    before = registry.checkpoint_digest(directory)
+    link = directory / ("sub" if target == "folder outside" else "kif_remote.py")
+    link.symlink_to({"file inside": directory / "config.json",
+                     "file outside": outside / "kif_remote.py",
+                     "folder outside": outside}[target])
+
+    with pytest.raises(ValidationError, match="symlink"):
+        registry.checkpoint_digest(directory)
+    with pytest.raises(engine.CheckpointFileRefused, match="symlink"):
+        engine.checkpoint_digest(directory)
+    assert registry.checkpoint_files_digest(str(directory)) == registry.REFUSED != before
 
 
 def issue_certificate(session: Session, job_id: int, seq: int) -> Certificate:

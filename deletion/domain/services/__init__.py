@@ -8,18 +8,25 @@ from __future__ import annotations
 
 from deletion.domain.services.deadline_alerts import deadline_alert_record, deadline_alerts_due
 from deletion.domain.services.jobs import (
+    ClaimLost,
+    JobCertified,
     ModelBusy,
     job_claim,
     job_create,
     job_escalate,
     job_fail,
     job_get,
+    job_hand_over,
+    job_heartbeat,
+    job_hold,
     job_list,
     job_progress,
     job_rebase,
     job_record,
     job_reject,
+    job_release,
     job_retry,
+    job_take_over,
     jobs_stale,
 )
 from deletion.domain.services.outbox import (
@@ -27,6 +34,7 @@ from deletion.domain.services.outbox import (
     outbox_enqueue,
     outbox_mark_failed,
     outbox_mark_sent,
+    outbox_prune,
 )
 from deletion.domain.services.recipients import (
     notification_list,
@@ -51,6 +59,8 @@ from deletion.domain.services.requests import (
 )
 
 __all__ = [
+    "ClaimLost",
+    "JobCertified",
     "ModelBusy",
     "SubjectIdentifiers",
     "deadline_alert_record",
@@ -60,12 +70,17 @@ __all__ = [
     "job_escalate",
     "job_fail",
     "job_get",
+    "job_hand_over",
+    "job_heartbeat",
+    "job_hold",
     "job_list",
     "job_progress",
     "job_rebase",
     "job_record",
     "job_reject",
+    "job_release",
     "job_retry",
+    "job_take_over",
     "jobs_stale",
     "notification_list",
     "notification_record",
@@ -73,6 +88,7 @@ __all__ = [
     "outbox_enqueue",
     "outbox_mark_failed",
     "outbox_mark_sent",
+    "outbox_prune",
     "recipient_list_for_model",
     "recipient_register",
     "recipient_secret",

@@ -39,13 +39,13 @@ def recipient_register(
             raise ValidationError("model_name", "no such registered model")
         model_id = model.id
     recipient = Recipient(name=name, kind=kind, endpoint_url=endpoint_url, model_id=model_id,
-                          active=True)
+                          active=True, secret_ad_version=crypto.AD_ROW)
+    session.add(recipient)
+    session.flush()  # the id the secret's associated data names
     if secret:
         recipient.secret_ciphertext, recipient.secret_key_id = crypto.keyring().encrypt(
-            secret.encode(), context=SECRET_CONTEXT
+            secret.encode(), context=SECRET_CONTEXT, row=str(recipient.id)
         )
-    session.add(recipient)
-    session.flush()
     audit_append(
         session, actor=actor, action="recipient.registered", object_type="recipient",
         object_ref=str(recipient.id), details={"kind": kind, "model": model_name},
@@ -61,7 +61,8 @@ def recipient_secret(session: Session, *, recipient_id: int) -> str | None:
     if recipient.secret_ciphertext is None or recipient.secret_key_id is None:
         return None
     return crypto.keyring().decrypt(
-        recipient.secret_ciphertext, key_id_=recipient.secret_key_id, context=SECRET_CONTEXT
+        recipient.secret_ciphertext, key_id_=recipient.secret_key_id, context=SECRET_CONTEXT,
+        row=crypto.ad_row(recipient.secret_ad_version, str(recipient.id)),
     ).decode()
 
 

@@ -9,10 +9,10 @@ blind-index HMAC only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ParamSpec
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -24,9 +24,15 @@ from deletion.domain.canonical import canonical_time
 from deletion.domain.errors import NotFound, PermissionDenied, ValidationError
 from deletion.domain.gdpr import DENIAL_REASONS, GROUNDS, PRIORITIES
 from deletion.domain.models import ErasureRequest, Model, ReferenceCounter, SubjectIndex, utcnow
-from deletion.domain.states import OPEN_REQUEST_STATUSES, RequestStatus, check_request_transition
+from deletion.domain.states import (
+    CANCEL_NEEDS_REVIEW,
+    OPEN_REQUEST_STATUSES,
+    RequestStatus,
+    check_request_transition,
+)
 
 logger = logging.getLogger(__name__)
+P = ParamSpec("P")
 
 OBJECT_TYPE = "erasure_request"
 SUBJECT_CONTEXT = "erasure_requests.subject"
@@ -48,13 +54,22 @@ class SubjectIdentifiers:
         return "SubjectIdentifiers(<redacted>)"
 
 
+@dataclass(frozen=True)
+class Submission:
+    """A request just filed, and the earlier requests the blind index matched to it."""
+
+    request: ErasureRequest
+    earlier: tuple[ErasureRequest, ...]
+
+
 # --------------------------------------------------------------------------- writes
 
 
-def request_submit(
+def request_submission(
     session: Session,
     *,
     actor: str,
+    actor_id: int | None = None,
     name: str,
     aliases: Sequence[str] = (),
     emails: Sequence[str] = (),
@@ -65,7 +80,9 @@ def request_submit(
     priority: str = "batch",
     notes: str = "",
     now: datetime | None = None,
-) -> ErasureRequest:
+) -> Submission:
+    """File a request; the earlier matches come back too, so a caller that shows them
+    need not run the blind-index look-up a second time."""
     now = now or utcnow()
     name = " ".join(name.split())
     if not name:
@@ -90,16 +107,20 @@ def request_submit(
         phones=_clean(phones),
         notes=notes.strip(),
     )
-    ciphertext, key_id = keys.encrypt_json(_as_json(identifiers), context=SUBJECT_CONTEXT)
+    reference = _next_reference(session, year=now.year)
+    # Bound to this row's reference: a ciphertext moved to another request does not open.
+    ciphertext, key_id = keys.encrypt_json(_as_json(identifiers), context=SUBJECT_CONTEXT,
+                                           row=reference)
     subject_hmac = keys.blind_index("name", name)
     earlier = request_find_earlier(
         session, name=name, aliases=identifiers.aliases, emails=identifiers.emails,
         phones=identifiers.phones,
     )
     request = ErasureRequest(
-        reference=_next_reference(session, year=now.year),
+        reference=reference,
         subject_ciphertext=ciphertext,
         subject_key_id=key_id,
+        subject_ad_version=crypto.AD_ROW,
         subject_hmac=subject_hmac,
         blind_key_id=keys.blind_key_id,
         ground=ground,
@@ -109,6 +130,7 @@ def request_submit(
         priority=priority,
         status=RequestStatus.SUBMITTED,
         submitted_by=actor,
+        submitted_by_id=actor_id,
     )
     session.add(request)
     session.flush()
@@ -126,13 +148,26 @@ def request_submit(
             "earlier_requests": [r.reference for r in earlier],
         },
     )
-    return request
+    return Submission(request=request, earlier=tuple(earlier))
+
+
+def _request_only(submission: Callable[P, Submission]) -> Callable[P, ErasureRequest]:
+    def submit(*args: P.args, **kwargs: P.kwargs) -> ErasureRequest:
+        return submission(*args, **kwargs).request
+
+    submit.__doc__ = "``request_submission`` returning the new row only."
+    return submit
+
+
+request_submit = _request_only(request_submission)
 
 
 def request_approve(
-    session: Session, *, actor: str, reference: str, now: datetime | None = None
+    session: Session, *, actor: str, reference: str, now: datetime | None = None,
+    actor_id: int | None = None,
 ) -> ErasureRequest:
-    request = _decide(session, actor=actor, reference=reference, target=RequestStatus.APPROVED)
+    request = _decide(session, actor=actor, actor_id=actor_id, reference=reference,
+                      target=RequestStatus.APPROVED)
     request.decided_at = now or utcnow()
     audit_append(
         session, actor=actor, action="request.approved", object_type=OBJECT_TYPE,
@@ -149,10 +184,12 @@ def request_deny(
     reason_code: str,
     note: str = "",
     now: datetime | None = None,
+    actor_id: int | None = None,
 ) -> ErasureRequest:
     if reason_code not in DENIAL_REASONS:
         raise ValidationError("reason_code", f"one of {sorted(DENIAL_REASONS)}")
-    request = _decide(session, actor=actor, reference=reference, target=RequestStatus.DENIED)
+    request = _decide(session, actor=actor, actor_id=actor_id, reference=reference,
+                      target=RequestStatus.DENIED)
     request.reason_code = reason_code
     request.decision_note = note.strip() or None
     request.decided_at = now or utcnow()
@@ -164,13 +201,33 @@ def request_deny(
 
 
 def request_cancel(
-    session: Session, *, actor: str, reference: str, reason: str = ""
+    session: Session, *, actor: str, reference: str, reason: str = "",
+    actor_id: int | None = None,
 ) -> ErasureRequest:
+    """Cancel an open request.
+
+    Before review the officer may withdraw it.  Once a reviewer approved it, cancelling
+    undoes a four-eyes decision, so it takes a second person again: never the
+    submitter, and always with a reason for the file.  (Which role that second person
+    holds is the caller's rule; the web and the API allow reviewers only.)
+    """
+    request = request_get(session, reference=reference, for_update=True)
+    reason = reason.strip()
+    if request.status in CANCEL_NEEDS_REVIEW:
+        if not reason:
+            raise ValidationError("reason", "cancelling an approved request needs a reason")
+        if same_person(actor=actor, actor_id=actor_id, other=request.submitted_by,
+                       other_id=request.submitted_by_id):
+            raise PermissionDenied(
+                "four-eyes: the submitter cannot cancel a request after its approval"
+            )
     request = request_transition(
         session, actor=actor, reference=reference, target=RequestStatus.CANCELED,
         action="request.canceled",
+        details={"after_approval": request.status in CANCEL_NEEDS_REVIEW,
+                 "reason_given": bool(reason)},
     )
-    request.decision_note = reason.strip() or request.decision_note
+    request.decision_note = reason or request.decision_note
     return request
 
 
@@ -325,13 +382,41 @@ def request_find_earlier(
     return list(session.execute(query).scalars())
 
 
+def request_duplicate_check(
+    session: Session,
+    *,
+    actor: str,
+    name: str,
+    aliases: Sequence[str] = (),
+    emails: Sequence[str] = (),
+    phones: Sequence[str] = (),
+) -> list[ErasureRequest]:
+    """Earlier requests for the same subject, asked before filing a new one.
+
+    Answering "has this person asked before, and under which references?" is a look-up
+    of personal data by identifiers, so it is audited like any other access: the
+    subject's blind index and the references answered, never the identifiers.
+    """
+    earlier = request_find_earlier(session, name=name, aliases=aliases, emails=emails,
+                                   phones=phones)
+    keys = crypto.keyring()
+    audit_append(
+        session, actor=actor, action="request.duplicate_check", object_type="subject",
+        object_ref=keys.blind_index("name", name) if name.strip() else "-",
+        details={"blind_key_id": keys.blind_key_id,
+                 "answered": [r.reference for r in earlier]},
+    )
+    return earlier
+
+
 def subject_identifiers(session: Session, reference: str) -> SubjectIdentifiers:
     """Decrypt a request's identifiers (worker only: set building needs the name)."""
     request = request_get(session, reference=reference)
     if request.subject_ciphertext is None:
         raise NotFound(f"{reference}: identifiers were purged after the retention period")
     data = crypto.keyring().decrypt_json(
-        request.subject_ciphertext, key_id_=request.subject_key_id, context=SUBJECT_CONTEXT
+        request.subject_ciphertext, key_id_=request.subject_key_id, context=SUBJECT_CONTEXT,
+        row=crypto.ad_row(request.subject_ad_version, request.reference),
     )
     return SubjectIdentifiers(
         name=data["name"], aliases=tuple(data["aliases"]), emails=tuple(data["emails"]),
@@ -341,15 +426,26 @@ def subject_identifiers(session: Session, reference: str) -> SubjectIdentifiers:
 
 # -------------------------------------------------------------------------- helpers
 
+def same_person(*, actor: str, actor_id: int | None, other: str | None,
+                other_id: int | None) -> bool:
+    """Whether two actors are one person: by account id when both have one (a renamed
+    account is still the same person), else by the actor string."""
+    if actor_id is not None and other_id is not None:
+        return actor_id == other_id
+    return other is not None and actor.casefold() == other.casefold()
+
+
 def _decide(
-    session: Session, *, actor: str, reference: str, target: RequestStatus
+    session: Session, *, actor: str, actor_id: int | None, reference: str, target: RequestStatus
 ) -> ErasureRequest:
     request = request_get(session, reference=reference, for_update=True)
     # Four-eyes: the officer who filed the request may never be the one who decides it.
-    if actor.casefold() == request.submitted_by.casefold():
+    if same_person(actor=actor, actor_id=actor_id, other=request.submitted_by,
+                   other_id=request.submitted_by_id):
         raise PermissionDenied("four-eyes: the submitter of a request cannot review it")
     request.status = check_request_transition(request.status, target)
     request.reviewed_by = actor
+    request.reviewed_by_id = actor_id
     session.flush()
     return request
 
