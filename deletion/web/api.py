@@ -1,12 +1,17 @@
 """The JSON API under /api/v1/ (django-ninja), described by /api/v1/openapi.json.
 
-Authentication is a bearer token (manage.py create_api_token USER); the token's user
-and roles decide what it may do, with the same capability table as the pages.  Every
-error is {"error": {"message": ..., "field": ...}} with a 4xx status."""
+Authentication is a bearer token (made under Account in the pages, or with
+manage.py create_api_token USER).  A token may do what both its scope (read, submit,
+review) and its user's roles allow; a revoked or expired token gets 401 (and the
+refusal is audited).  The OpenAPI document and its browser answer only a signed-in
+staff member or a valid token.  Every error is {"error": {"message": ..., "field":
+...}} with a 4xx status."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time
+from functools import wraps
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -21,33 +26,62 @@ from pydantic import Field
 from deletion.domain.certificates import certificate_verify_one, parse_payload
 from deletion.domain.errors import DomainError, NotFound, ValidationError
 from deletion.domain.gdpr import DENIAL_REASONS, GROUNDS
+from deletion.domain.services.access import token_event_record
 from deletion.domain.services.requests import (
     request_approve,
     request_deny,
-    request_find_earlier,
-    request_submit,
+    request_submission,
 )
 from deletion.web import selectors
 from deletion.web.certificate_status import certificate_chain_status, certificate_status
 from deletion.web.domain_session import domain_session
 from deletion.web.forms import MAX_LIST_ITEMS, MAX_NAME, MAX_NOTE, hidden_character_problem
-from deletion.web.models import api_token_authenticate
+from deletion.web.models import api_token_authenticate, api_token_find
 from deletion.web.progress import job_progress_json
 from deletion.web.roles import actor_of, user_can
 
 logger = logging.getLogger(__name__)
 
 
+def _refuse_known_token(plaintext: str, path: str) -> None:
+    """A token that exists but was revoked or expired: refuse it, and audit that."""
+    token = api_token_find(plaintext)
+    if token is not None and token.state() != "active":
+        with domain_session() as session:
+            token_event_record(session, actor=actor_of(token.user), action="token.refused", hint=token.hint,
+                               details={"state": token.state(), "path": path[:100]})
+
+
 class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser | None:
         found = api_token_authenticate(token)
         if found is None:
+            _refuse_known_token(token, request.path)
             return None
         request.user = found.user
+        request.api_token = found  # type: ignore[attr-defined]
         return found.user
 
 
-api = NinjaAPI(title="Erasure service API", version="1", auth=TokenAuth(),
+def docs_need_a_user(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The API's description is for staff and their tools, not for anyone who asks."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if user_can(request.user, "read"):
+            return view(request, *args, **kwargs)
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() == "bearer" and api_token_authenticate(token.strip()) is not None:
+            return view(request, *args, **kwargs)
+        response = JsonResponse(error_body("sign in, or send a valid API token"), status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+        return response
+
+    return wrapped
+
+
+api = NinjaAPI(title="Erasure service API", version="1", auth=TokenAuth(), docs_decorator=docs_need_a_user,
                description="GDPR Art. 17 erasure requests, their progress, and signed deletion certificates.")
 
 
@@ -89,6 +123,9 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 def require(request: HttpRequest, capability: str) -> str:
     if not user_can(request.user, capability):
         raise HttpError(403, f"this token's user may not do this ({capability})")
+    token = getattr(request, "api_token", None)
+    if token is not None and not token.allows(capability):
+        raise HttpError(403, f"this token's scope ({token.scope}) does not allow {capability}")
     return actor_of(request.user)
 
 
@@ -122,10 +159,11 @@ class JobOut(Schema):
     id: int
     stage: str
     method: str
+    outcome: str = Field(description="running, retrying, certified, rejected or dead_lettered")
     step: int | None
     total: int | None
     eta_seconds: float | None
-    percent: float
+    percent: float | None = Field(description="share of the pipeline done; null once a job ended unfinished")
     attempts: int
     error: str | None
 
@@ -214,12 +252,18 @@ def _request_out(session: Any, reference: str, earlier: list[str] | None = None)
     jobs = selectors.jobs_of_request(session, row.id)
     job = jobs[-1] if jobs else None
     certificate = selectors.certificate_of_job(session, job.id) if job else None
+    return _request_json(row, model_name=row.model.name, job=job, earlier=earlier,
+                         certificate_id=certificate.certificate_id if certificate else None)
+
+
+def _request_json(row: Any, *, model_name: str, job: Any = None, earlier: list[str] | None = None,
+                  certificate_id: str | None = None) -> dict[str, Any]:
     return {
-        "reference": row.reference, "status": row.status, "ground": row.ground, "model": row.model.name,
+        "reference": row.reference, "status": row.status, "ground": row.ground, "model": model_name,
         "priority": row.priority, "received_at": row.received_at, "due_at": row.due_at,
         "submitted_by": row.submitted_by, "reviewed_by": row.reviewed_by, "reason_code": row.reason_code,
         "earlier_requests": earlier or [], "job": job_progress_json(job) if job else None,
-        "certificate_id": certificate.certificate_id if certificate else None,
+        "certificate_id": certificate_id,
     }
 
 
@@ -237,12 +281,13 @@ def create_request(request: HttpRequest, body: RequestIn) -> Status[dict[str, An
     visible(body.notes, "notes", multiline=True)
     received = datetime.combine(body.received_at, time(0), tzinfo=UTC)
     with domain_session() as session:
-        created = request_submit(session, actor=actor, name=body.name, aliases=body.aliases, emails=body.emails,
-                                 ground=body.ground, received_at=received, model_name=body.model_name,
-                                 priority=body.priority, notes=body.notes)
-        earlier = [r.reference for r in request_find_earlier(session, name=body.name, aliases=body.aliases,
-                                                             emails=body.emails, exclude_reference=created.reference)]
-        return Status(201, _request_out(session, created.reference, earlier))
+        filed = request_submission(session, actor=actor, actor_id=request.user.pk, name=body.name, aliases=body.aliases,
+                                   emails=body.emails, ground=body.ground, received_at=received,
+                                   model_name=body.model_name, priority=body.priority, notes=body.notes)
+        # A request just filed has no job and no certificate yet: answer from the row
+        # in hand instead of reading it back (the service already matched earlier ones).
+        return Status(201, _request_json(filed.request, model_name=body.model_name,
+                                         earlier=[r.reference for r in filed.earlier]))
 
 
 @api.get("/requests/{reference}", response={200: RequestOut, **ERRORS}, tags=["requests"])
@@ -258,7 +303,7 @@ def approve_request(request: HttpRequest, reference: str = REF) -> dict[str, Any
     """Approve (reviewer tokens; never the submitter's own request)."""
     actor = require(request, "request.review")
     with domain_session() as session:
-        request_approve(session, actor=actor, reference=reference)
+        request_approve(session, actor=actor, actor_id=request.user.pk, reference=reference)
     with domain_session() as session:
         return _request_out(session, reference)
 
@@ -269,7 +314,8 @@ def deny_request(request: HttpRequest, body: DenyIn, reference: str = REF) -> di
     actor = require(request, "request.review")
     visible(body.note, "note", multiline=True)
     with domain_session() as session:
-        request_deny(session, actor=actor, reference=reference, reason_code=body.reason_code, note=body.note)
+        request_deny(session, actor=actor, actor_id=request.user.pk, reference=reference,
+                     reason_code=body.reason_code, note=body.note)
     with domain_session() as session:
         return _request_out(session, reference)
 

@@ -8,3 +8,6 @@ class WebConfig(AppConfig):
     label = "web"
     verbose_name = "Erasure service web"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from deletion.web import access  # noqa: F401 - connects the lock-out audit receivers

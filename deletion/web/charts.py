@@ -106,3 +106,33 @@ def lineage_graph(checkpoints: Sequence[Checkpoint], serving_id: int | None) -> 
     width = 40 + NODE_W + NODE_GAP_X * max((n.x - 20) // NODE_GAP_X for n in nodes) if nodes else 300
     height = 40 + NODE_GAP_Y * max(len(nodes) - 1, 0) + NODE_H
     return {"nodes": nodes, "edges": edges, "width": width, "height": height, "node_w": NODE_W, "node_h": NODE_H}
+
+
+CHART_LEFT, CHART_TOP, CHART_W, CHART_H = 46, 12, 560, 180
+
+
+def continual_chart(points: Sequence[Any]) -> dict[str, Any] | None:
+    """Lines over the serving line's versions: retained accuracy, the erased subjects'
+    leakage after each erasure, and the control level (people never trained on)."""
+    usable = [p for p in points if p.retained is not None or p.leakage is not None]
+    if len(usable) < 2:
+        return None
+    step = CHART_W / max(len(points) - 1, 1)
+
+    def xy(index: int, value: float) -> tuple[float, float]:
+        return (round(CHART_LEFT + index * step, 1),
+                round(CHART_TOP + CHART_H * (1 - min(max(value, 0.0), 1.0)), 1))
+
+    series = {}
+    for key in ("retained", "leakage", "control"):
+        coords = [(i, getattr(p, key)) for i, p in enumerate(points) if getattr(p, key) is not None]
+        series[key] = {"points": " ".join(f"{x},{y}" for x, y in (xy(i, v) for i, v in coords)),
+                       "dots": [{"x": xy(i, v)[0], "y": xy(i, v)[1], "value": v,
+                                 "version": points[i].version} for i, v in coords]}
+    return {
+        "series": series, "left": CHART_LEFT, "top": CHART_TOP, "width": CHART_LEFT + CHART_W + 30,
+        "height": CHART_TOP + CHART_H + 34, "bottom": CHART_TOP + CHART_H, "right": CHART_LEFT + CHART_W,
+        "xticks": [{"x": round(CHART_LEFT + i * step, 1), "label": f"v{p.version}"} for i, p in enumerate(points)],
+        "yticks": [{"y": round(CHART_TOP + CHART_H * (1 - t / 4), 1), "label": f"{t * 25}%"} for t in range(5)],
+        "label_y": CHART_TOP + CHART_H + 20,
+    }

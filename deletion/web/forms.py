@@ -11,6 +11,8 @@ from django import forms
 from django.core.validators import validate_email
 from django.utils import timezone
 
+from deletion.domain.config import MAX_BATCH_WINDOW_MINUTES
+from deletion.domain.methods import METHODS, PRESETS
 from deletion.web.choices import DENY_CHOICES, GROUND_CHOICES, PRIORITY_CHOICES
 
 MAX_NAME = 200
@@ -123,8 +125,65 @@ class ExtendForm(forms.Form):
 
 
 class ScheduleForm(forms.Form):
-    batch_window_hours = forms.IntegerField(min_value=1, max_value=24 * 14, label="Batch window (hours)",
-                                            help_text="Approved batch requests for this model are merged into one job at most this often.")
+    batch_window_minutes = forms.IntegerField(
+        min_value=1, max_value=MAX_BATCH_WINDOW_MINUTES, label="Batch window (minutes)",
+        help_text="Approved batch requests for this model are merged into one job at most this often "
+                  "(1440 = one day).")
+
+
+class OwnerForm(forms.Form):
+    owner_email = forms.EmailField(max_length=254, required=False, label="Owner's e-mail (ML team)")
+    owner_webhook_url = forms.URLField(max_length=500, required=False, label="Owner's webhook URL",
+                                       assume_scheme="https")
+
+
+class CancelForm(forms.Form):
+    reason = BoundedCharField(max_length=MAX_NOTE, required=False, multiline=True, label="Reason for the file",
+                              widget=forms.Textarea(attrs={"rows": 2}))
+
+
+RESOLUTION_CHOICES = (
+    ("retry", "Retry with another method or a stronger preset"),
+    ("retraining", "Retraining required: unlearning will not do"),
+    ("refusal", "Refuse the erasure (Art. 17(3) reason)"),
+)
+
+
+class ResolutionForm(forms.Form):
+    kind = forms.ChoiceField(choices=RESOLUTION_CHOICES, widget=forms.RadioSelect, label="Proposal")
+    method = forms.ChoiceField(choices=tuple(METHODS.items()), required=False, label="Method")
+    preset = forms.ChoiceField(choices=tuple((k, f"{k}: {v}") for k, v in PRESETS.items()), required=False,
+                               label="Preset")
+    reason_code = forms.ChoiceField(choices=(("", "—"), *DENY_CHOICES), required=False, label="Refusal reason")
+    note = BoundedCharField(max_length=MAX_NOTE, required=False, multiline=True, label="Note (reasons)",
+                            widget=forms.Textarea(attrs={"rows": 3}))
+
+
+class DecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=(("approve", "Approve"), ("decline", "Decline")))
+    note = BoundedCharField(max_length=MAX_NOTE, required=False, multiline=True, label="Note",
+                            widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class LetterTemplateForm(forms.Form):
+    subject = BoundedCharField(max_length=200, label="Subject line")
+    body = BoundedCharField(max_length=20_000, multiline=True, label="Letter",
+                            widget=forms.Textarea(attrs={"rows": 22, "class": "mono"}))
+
+
+class TokenForm(forms.Form):
+    name = BoundedCharField(max_length=100, label="Note", help_text="What the token is for, e.g. “serving cluster eu-1”.")
+    scope = forms.ChoiceField(choices=(), widget=forms.RadioSelect, label="Scope")
+    days = forms.IntegerField(min_value=1, max_value=365, initial=90, label="Expires after (days)")
+
+    def __init__(self, *args: Any, scopes: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["scope"].choices = scopes
+
+
+class PreferencesForm(forms.Form):
+    reminders_enabled = forms.BooleanField(required=False, label="E-mail me deadline reminders "
+                                           "(7 and 2 days before, and on the day)")
 
 
 class RecipientForm(forms.Form):

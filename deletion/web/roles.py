@@ -21,8 +21,20 @@ ROLES = (OFFICER, REVIEWER, AUDITOR, ADMIN)
 CAPABILITIES: dict[str, frozenset[str]] = {
     "read": frozenset(ROLES),
     "request.submit": frozenset({OFFICER}),
+    # Withdrawing a request nobody has approved yet.
     "request.cancel": frozenset({OFFICER}),
+    # Cancelling after approval undoes a four-eyes decision: a reviewer (never the
+    # submitter, which the domain checks) with a reason.
+    "request.cancel_approved": frozenset({REVIEWER}),
     "request.review": frozenset({REVIEWER}),
+    "batch.start": frozenset({REVIEWER}),
+    # A failed erasure: the officer proposes what to do, a reviewer decides.
+    "resolution.propose": frozenset({OFFICER}),
+    "resolution.decide": frozenset({REVIEWER}),
+    # The reply to the data subject holds their name: only the officer who writes to them.
+    "letter.issue": frozenset({OFFICER}),
+    "letter.edit": frozenset({OFFICER, ADMIN}),
+    "evidence.download": frozenset({OFFICER, REVIEWER, AUDITOR}),
     "settings.edit": frozenset({ADMIN}),
 }
 
@@ -47,6 +59,16 @@ def user_can(user: AbstractBaseUser | AnonymousUser, capability: str) -> bool:
 def actor_of(user: AbstractBaseUser) -> str:
     """The domain's actor string: a reference to the account, never a personal name."""
     return f"user:{user.get_username()}"
+
+
+def actor_id_of(user: AbstractBaseUser) -> int:
+    """The account's id, which four-eyes compares (a username can change)."""
+    return int(user.pk)
+
+
+def actor_args(user: AbstractBaseUser) -> dict[str, Any]:
+    """``actor`` and ``actor_id`` keyword arguments for a domain service."""
+    return {"actor": actor_of(user), "actor_id": actor_id_of(user)}
 
 
 def requires(capability: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:

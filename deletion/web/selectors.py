@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from deletion.domain.models import (
     AuditEvent,
+    AuditSeal,
     Certificate,
     Checkpoint,
     CheckpointCertificate,
@@ -175,6 +176,10 @@ def audit_newest_seq(session: Session, flt: AuditFilter) -> int | None:
     return session.scalar(select(func.max(AuditEvent.seq)).where(*flt.where()))
 
 
+def audit_last_seal(session: Session) -> AuditSeal | None:
+    return session.scalar(select(AuditSeal).order_by(AuditSeal.id.desc()).limit(1))
+
+
 def model_all(session: Session) -> list[Model]:
     return list(session.scalars(select(Model).order_by(Model.name)))
 
@@ -213,3 +218,41 @@ def notifications_of(session: Session, request_id: int) -> list[tuple[Notificati
         select(Notification, Recipient).join(Recipient, Recipient.id == Notification.recipient_id)
         .where(Notification.request_id == request_id).order_by(Recipient.name)
     ).all()]
+
+
+@dataclass(frozen=True)
+class ContinualPoint:
+    """One erasure on the serving line: what the model kept and what still leaked."""
+
+    version: int
+    job_id: int | None
+    retained: float | None  # retained-fact accuracy of the candidate (absolute)
+    leakage: float | None  # forget leakage of that erasure's subjects after it
+    control: float | None  # the chance level: people the model never saw
+
+
+def continual_record(session: Session, model: Model) -> list[ContinualPoint]:
+    """The serving checkpoint's ancestry, oldest first, with each erasure's measurements."""
+    by_id = {c.id: c for c in checkpoints_of(session, model.id)}
+    line: list[Checkpoint] = []
+    cursor = by_id.get(model.serving_checkpoint_id) if model.serving_checkpoint_id else None
+    while cursor is not None and len(line) < 1000:
+        line.append(cursor)
+        cursor = by_id.get(cursor.parent_id) if cursor.parent_id is not None else None
+    line.reverse()
+    jobs = {j.candidate_checkpoint_id: j for j in session.scalars(
+        select(Job).where(Job.model_id == model.id, Job.stage == "done"))}
+    points = []
+    for index, checkpoint in enumerate(line):
+        job = jobs.get(checkpoint.id)
+        values = {r.metric: r.value for r in verification_results(session, job.id)} if job else {}
+        if index == 0 and job is None and len(line) > 1:
+            first = jobs.get(line[1].id)
+            base = {r.metric: r.value for r in verification_results(session, first.id)} if first else {}
+            points.append(ContinualPoint(checkpoint.version, None, base.get("utility.base_retain_accuracy"),
+                                         base.get("leakage.base_forget"), base.get("leakage.control")))
+            continue
+        points.append(ContinualPoint(checkpoint.version, job.id if job else None,
+                                     values.get("utility.retain_accuracy"), values.get("leakage.forget"),
+                                     values.get("leakage.control")))
+    return points

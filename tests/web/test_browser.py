@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,3 +206,155 @@ def test_an_officer_and_a_reviewer_take_a_request_to_a_downloaded_certificate(st
     finally:
         engine.dispose()
     assert status == "completed"
+
+
+def _set_policy(pipeline: RunningPipeline, policy: dict[str, Any]) -> None:
+    """Replace the deployment's verification policy file and restart the worker, which
+    reads it once per process (as an operator would after changing thresholds)."""
+    (pipeline.work_dir / "verification-policy.json").write_text(json.dumps(policy), encoding="utf-8")
+    pipeline.stop_child("worker")
+    pipeline.start_worker()
+
+
+def _second_person(database_url: str) -> dict[str, Any]:
+    engine = make_engine(database_url)
+    try:
+        with session_scope(engine) as session:
+            model = model_get(session, name="demo")
+            corpus_path = Path(corpus_current(session, name=model.corpus.name).path)
+    finally:
+        engine.dispose()
+    with (corpus_path.parent / "people.jsonl").open(encoding="utf-8") as handle:
+        handle.readline()
+        return json.loads(handle.readline())
+
+
+def _api_status(url: str, token: str) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - local test server
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_a_failed_erasure_is_retried_certified_answered_and_evidenced(stack: dict[str, Any]) -> None:
+    """The officer's whole case: a batch request shows when it starts, a reviewer starts
+    it now, a forced rejection (a policy nothing passes) is explained, the officer
+    proposes a retry with another method, a reviewer approves it, the retry is
+    certified, the reply letter names the certificate, the evidence pack verifies
+    offline with the documented command, and a token made in the UI works on the API
+    until it is revoked."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.pipeline_fixtures import PIPELINE_TEST_POLICY, REJECTING_POLICY
+    from workers.integrity import chain_heads_export
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    base_url, creds = stack["base_url"], stack["credentials"]
+    pipeline: RunningPipeline = stack["pipeline"]
+    person = _second_person(stack["database_url"])
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            officer = browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+            opage = officer.new_page()
+            _sign_in(opage, base_url, "demo-officer", creds["demo-officer"])
+            opage.goto(f"{base_url}/requests/new/")
+            opage.fill("#id_name", person["name"])
+            opage.fill("#id_emails", person.get("email", ""))
+            opage.select_option("#id_ground", "17(1)(a)")
+            opage.fill("#id_received_at", time.strftime("%Y-%m-%d", time.gmtime()))
+            opage.select_option("#id_model_name", "demo")
+            opage.check("input[name=priority][value=batch]")
+            opage.click("text=Submit for review")
+            opage.wait_for_url(f"{base_url}/requests/ER-*/")
+            reference = opage.url.rstrip("/").rsplit("/", 1)[-1]
+
+            # Approved, the batch request says when its batch starts, and why.
+            reviewer = browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+            rpage = reviewer.new_page()
+            _sign_in(rpage, base_url, "demo-reviewer", creds["demo-reviewer"])
+            rpage.goto(f"{base_url}/review/")
+            rpage.click(f"button[data-approve='{reference}']")
+            rpage.wait_for_url(f"{base_url}/requests/{reference}/")
+            assert "UTC" in rpage.inner_text("#batch-start")
+            assert "batch window of 5 minutes" in rpage.inner_text("#batch-why")
+            rpage.screenshot(path=str(ARTIFACTS / "09-batch-start-time.png"), full_page=True)
+            rpage.goto(f"{base_url}/")
+            rpage.screenshot(path=str(ARTIFACTS / "10-dashboard-waiting-batch.png"), full_page=True)
+
+            # A policy nothing passes forces the rejection; the reviewer starts the batch now.
+            _set_policy(pipeline, REJECTING_POLICY)
+            rpage.goto(f"{base_url}/requests/{reference}/")
+            rpage.click("#batch-start-now")
+            rpage.wait_for_url(f"{base_url}/requests/{reference}/")
+            rpage.wait_for_selector("#failed-checks", timeout=COMPLETION_TIMEOUT_MS)
+            assert "rejected" in rpage.inner_text("#job-outcome")
+            assert "step" not in rpage.inner_text("#job-panel").split("Outcome")[-1]
+            rpage.screenshot(path=str(ARTIFACTS / "11-rejected-checks-explained.png"), full_page=True)
+
+            # The officer proposes a retry with another method; a reviewer approves it.
+            opage.goto(f"{base_url}/requests/{reference}/")
+            assert "We measured" in opage.inner_text("#failed-checks")
+            opage.check("input[name=kind][value=retry]")
+            opage.select_option("#id_method", "kif")
+            opage.select_option("#id_preset", "standard")
+            opage.fill("#id_note", "ASU failed the policy; KIF suppresses the facts")
+            opage.click("#resolution-submit")
+            opage.wait_for_url(f"{base_url}/requests/{reference}/")
+            opage.screenshot(path=str(ARTIFACTS / "12-retry-proposed.png"), full_page=True)
+            _set_policy(pipeline, PIPELINE_TEST_POLICY)
+            rpage.goto(f"{base_url}/requests/{reference}/")
+            rpage.click("#resolution-approve")
+            rpage.wait_for_url(f"{base_url}/requests/{reference}/")
+            rpage.wait_for_selector("#cert-badge", timeout=COMPLETION_TIMEOUT_MS)
+            assert "signature and hash verified" in rpage.inner_text("#cert-badge")
+            rpage.screenshot(path=str(ARTIFACTS / "13-retry-certified.png"), full_page=True)
+            certificate_id = rpage.inner_text("#certificate dd.mono").strip()
+            reviewer.close()
+
+            # The reply letter names the certificate; the PDF downloads.
+            opage.goto(f"{base_url}/requests/{reference}/letter/en/")
+            letter = opage.inner_text("#letter-text")
+            assert certificate_id in letter and person["name"] in letter
+            opage.screenshot(path=str(ARTIFACTS / "14-reply-letter.png"), full_page=True)
+            opage.goto(f"{base_url}/requests/{reference}/")
+            with opage.expect_download() as pdf_info:
+                opage.click("#letter-pdf-de")
+            pdf_path = ARTIFACTS / pdf_info.value.suggested_filename
+            pdf_info.value.save_as(str(pdf_path))
+            assert pdf_path.read_bytes().startswith(b"%PDF")
+
+            # The evidence pack, after the worker's quarter-hourly chain-head export (run now).
+            engine = make_engine(stack["database_url"])
+            try:
+                from deletion.domain.signing import signer_from_config
+
+                chain_heads_export(engine=engine, signer=signer_from_config(current()),
+                                   export_dir=Path(pipeline.env["VAR_DIR"]) / "chain-heads")
+            finally:
+                engine.dispose()
+            with opage.expect_download() as pack_info:
+                opage.click("#evidence-download")
+            pack_path = ARTIFACTS / pack_info.value.suggested_filename
+            pack_info.value.save_as(str(pack_path))
+            verified = _manage(stack["pipeline"].env, "evidence", "verify", str(pack_path))
+            assert "evidence pack VERIFIES" in verified and certificate_id in verified
+
+            # A token made in the UI works on the API and gets 401 once revoked.
+            opage.goto(f"{base_url}/account/")
+            opage.fill("#id_name", "browser test")
+            opage.check("input[name=scope][value=read]")
+            opage.click("#token-create")
+            token = opage.inner_text("#token-plaintext").strip()
+            opage.screenshot(path=str(ARTIFACTS / "15-token-created.png"), full_page=True)
+            url = f"{base_url}/api/v1/requests/{reference}"
+            assert _api_status(url, token) == 200
+            opage.click(f"button[data-revoke='{token[:10]}']")
+            opage.wait_for_url(f"{base_url}/account/")
+            assert _api_status(url, token) == 401
+            opage.screenshot(path=str(ARTIFACTS / "16-token-revoked.png"), full_page=True)
+            officer.close()
+        finally:
+            browser.close()

@@ -38,3 +38,32 @@ def test_the_serving_line_stays_in_the_first_column_and_a_rejected_branch_moves_
     assert x[1] == x[2] == x[4] < x[3]
     assert len(graph["edges"]) == 3
     assert [n.serving for n in graph["nodes"]] == [False, False, False, True]
+
+
+def test_the_continual_chart_draws_the_serving_line_and_needs_two_points():
+    from deletion.web.charts import continual_chart
+    from deletion.web.selectors import ContinualPoint
+
+    assert continual_chart([ContinualPoint(1, None, 0.99, 0.9, 0.05)]) is None
+    chart = continual_chart([ContinualPoint(1, None, 0.99, 0.9, 0.05), ContinualPoint(2, 7, 0.95, 0.06, 0.05),
+                             ContinualPoint(3, 8, 0.90, None, 0.04)])
+    assert [t["label"] for t in chart["xticks"]] == ["v1", "v2", "v3"]
+    assert len(chart["series"]["retained"]["dots"]) == 3 and len(chart["series"]["leakage"]["dots"]) == 2
+    top, bottom = chart["top"], chart["bottom"]
+    assert all(top <= d["y"] <= bottom for d in chart["series"]["retained"]["dots"])
+
+
+def test_a_check_the_web_does_not_know_is_explained_by_its_own_name():
+    from types import SimpleNamespace
+
+    from deletion.web.explain import explain, failed_checks
+
+    known = SimpleNamespace(metric="mia.auc", value=0.81, threshold=0.6, comparator="<=", passed=False,
+                            details={"check": "membership inference (Min-K%++)"})
+    new = SimpleNamespace(metric="attack.some_future_probe", value=3.0, threshold=2.0, comparator="<=",
+                          passed=False, details={"check": "future probe"})
+    info = SimpleNamespace(metric="gates_off.leakage.forget", value=0.5, threshold=0.1, comparator="<=",
+                           passed=False, details={"check": "x", "decides_pass": False})
+    assert "membership-inference attack" in explain(known).sentence and "81.0%" in explain(known).sentence
+    assert "“future probe”" in explain(new).sentence and "at most 2" in explain(new).sentence
+    assert [c.metric for c in failed_checks([known, new, info])] == ["mia.auc", "attack.some_future_probe"]

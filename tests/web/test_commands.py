@@ -1,4 +1,5 @@
-"""The management commands: migrate_all, ensure_demo_users, create_api_token, certificates."""
+"""The management commands: migrate_all, ensure_demo_users, create_api_token, certificates,
+audit_chain, chain_heads_check."""
 from __future__ import annotations
 
 import io
@@ -81,3 +82,51 @@ def test_certificates_verify_and_export_wrap_the_domain_cli(certified, tmp_path)
     assert certificate_verify_one(payload, document["signature"], key).ok
     with pytest.raises(CommandError):
         call_command("certificates", "export", "DC-1999-999999", "--out", str(tmp_path / "x"), stdout=io.StringIO())
+
+
+def test_audit_chain_seal_then_verify_and_a_seal_under_another_key_fails(submit_request, tmp_path):
+    import dataclasses
+
+    from django.conf import settings
+    from django.test import override_settings
+
+    from tests.web.test_audit_chain_status import KEY
+
+    submit_request()
+    keyed = dataclasses.replace(settings.CONFIG, audit_seal_key=KEY.current, var_dir=tmp_path)
+    with override_settings(CONFIG=keyed):
+        out = io.StringIO()
+        call_command("audit_chain", "seal", stdout=out)
+        assert "sealed seq" in out.getvalue()
+        out = io.StringIO()
+        call_command("audit_chain", "verify", stdout=out)
+        assert "audit chain OK" in out.getvalue() and "0 events unsealed" in out.getvalue()
+    rotated_away = dataclasses.replace(keyed, audit_seal_key=b"r" * 32)
+    with override_settings(CONFIG=rotated_away):
+        out = io.StringIO()
+        with pytest.raises(CommandError) as failed:
+            call_command("audit_chain", "verify", "--full", stdout=out)
+    assert failed.value.returncode == 1 and "which this process does not hold" in out.getvalue()
+
+
+def test_chain_heads_check_compares_the_export_and_names_a_missing_file(submit_request, tmp_path):
+    import dataclasses
+
+    from django.conf import settings
+    from django.test import override_settings
+
+    from deletion.domain.chain_heads import chain_heads_export
+    from deletion.domain.signing import signer_from_config
+    from deletion.web.domain_session import domain_engine
+
+    submit_request()
+    cfg = dataclasses.replace(settings.CONFIG, chain_head_export_dir=tmp_path)
+    chain_heads_export(engine=domain_engine(), signer=signer_from_config(cfg), export_dir=tmp_path)
+    with override_settings(CONFIG=cfg):
+        out = io.StringIO()
+        call_command("chain_heads_check", stdout=out)
+        assert "chain heads: 1 exported records" in out.getvalue() and "OK" in out.getvalue()
+        out = io.StringIO()
+        with pytest.raises(CommandError) as missing:
+            call_command("chain_heads_check", "--file", str(tmp_path / "nope.jsonl"), stdout=out)
+        assert missing.value.returncode == 2 and "nope.jsonl: cannot read" in out.getvalue()

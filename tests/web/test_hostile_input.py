@@ -51,7 +51,7 @@ def test_hostile_values_in_every_form_field_never_reach_a_500(kind, client_as, m
         form = {"months": "1", "reason": "complex", field: value}
         _no_500(reviewer.post(f"/review/{submit_request()}/extend/", form), f"extend {field}")
     _no_500(officer.post(f"/requests/{submit_request()}/cancel/", {"reason": value}), "cancel reason")
-    _no_500(admin.post(f"/models/{model_name}/schedule/", {"batch_window_hours": value}), "schedule")
+    _no_500(admin.post(f"/models/{model_name}/schedule/", {"batch_window_minutes": value}), "schedule")
     for field in ("name", "kind", "endpoint_url", "secret"):
         form = {"name": f"Recipient {kind} {field}", "kind": "webhook", "endpoint_url": "https://example.org/hook",
                 "secret": "s3cret", field: value}
@@ -129,3 +129,30 @@ def test_hostile_values_in_every_api_field_never_reach_a_500(kind, make_user, mo
             response = reviewer.get(path)
             _no_500(response, f"path {path[:40]}")
             assert "error" in response.json()
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_hostile_values_in_the_case_forms_never_reach_a_500_and_render_escaped(kind, client_as, submit_request,
+                                                                             model_name):
+    value = HOSTILE[kind]
+    officer, reviewer, admin = client_as("officer"), client_as("reviewer"), client_as("admin")
+    reference = submit_request()
+    for field in ("kind", "method", "preset", "reason_code", "note"):
+        form = {"kind": "retry", "method": "kif", "preset": "standard", "note": "n", field: value}
+        _no_500(officer.post(f"/requests/{reference}/resolutions/", form), f"resolution {field}")
+    _no_500(reviewer.post(f"/requests/{reference}/resolutions/1/decision/", {"decision": value}), "decision")
+    _no_500(reviewer.post(f"/requests/{reference}/cancel/", {"reason": value}), "cancel reason")
+    for field in ("subject", "body"):
+        form = {"subject": "About {reference}", "body": "Dear {subject_name}, {reference}", field: value}
+        response = officer.post("/letters/en/completed/", form)
+        _no_500(response, f"letter template {field}")
+        assert SCRIPT.encode() not in response.content
+    for field in ("name", "scope", "days"):
+        form = {"name": "note", "scope": "read", "days": "30", field: value}
+        response = officer.post("/account/", form)
+        _no_500(response, f"token {field}")
+        assert SCRIPT.encode() not in response.content
+    for field in ("owner_email", "owner_webhook_url"):
+        _no_500(admin.post(f"/models/{model_name}/owner/", {field: value}), f"owner {field}")
+    _no_500(officer.get(f"/requests/{reference}/letter/{value[:50]}/"), "letter language")
+    _no_500(client_as("reviewer").post(f"/models/{model_name}/batch/start/", {"next": value}), "batch next")

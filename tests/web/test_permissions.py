@@ -26,7 +26,7 @@ ACTIONS = {
     "approve": ("request.review", "post", "/review/{ref}/approve/", {}),
     "deny": ("request.review", "post", "/review/{ref}/deny/", {"reason_code": "17(3)(a)", "note": "n"}),
     "extend": ("request.review", "post", "/review/{ref}/extend/", {"months": "1", "reason": "complex"}),
-    "schedule": ("settings.edit", "post", "/models/{model}/schedule/", {"batch_window_hours": "12"}),
+    "schedule": ("settings.edit", "post", "/models/{model}/schedule/", {"batch_window_minutes": "12"}),
     "recipient": ("settings.edit", "post", "/models/{model}/recipients/",
                   {"name": "Matrix Recipient {ref}", "kind": "manual"}),
 }
@@ -51,7 +51,7 @@ def _state(reference: str, model_name: str) -> tuple[int, str, int | None, int]:
         head = session.get(ChainHead, AUDIT_CHAIN)
         request = request_by_reference(session, reference)
         model = model_by_name(session, model_name)
-        return (head.seq if head else 0, request.status, request.extension_months, model.batch_window_hours)
+        return (head.seq if head else 0, request.status, request.extension_months, model.batch_window_minutes)
 
 
 def _fill(value: str, **names: str) -> str:

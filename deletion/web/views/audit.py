@@ -13,9 +13,10 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from deletion.domain.audit import audit_event_hash, audit_verify
+from deletion.domain.audit import audit_event_hash
 from deletion.domain.chains import AUDIT_CHAIN
 from deletion.domain.models import AuditEvent, ChainHead
+from deletion.domain.seals import PAGE_TAIL_LIMIT, audit_seals_verify
 from deletion.web import selectors
 from deletion.web.domain_session import domain_session
 from deletion.web.forms import BoundedCharField
@@ -46,7 +47,7 @@ class AuditFilterForm(forms.Form):
 
 def _rows_consistent(rows: list[AuditEvent]) -> dict[int, bool]:
     """Recompute each shown row's hash, and its link to the next older row when that row
-    is also on the page (a full walk is the 'verify the whole chain' button)."""
+    is also on the page (the events since the last seal are the 'verify' button)."""
     ok: dict[int, bool] = {}
     by_seq = {r.seq: r for r in rows}
     for row in rows:
@@ -72,7 +73,12 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
         newest = selectors.audit_newest_seq(session, flt)
         oldest = selectors.audit_oldest_seq(session, flt)
         head = session.get(ChainHead, AUDIT_CHAIN)
-        full = audit_verify(session) if request.GET.get("verify") == "chain" else None
+        # Never a whole-chain walk from a page: the last seal (written and HMAC-checked
+        # by the sealing worker) and at most PAGE_TAIL_LIMIT events after it.  The full
+        # walk is `manage.py audit_chain verify --full`.
+        full = (audit_seals_verify(session, keys=None, tail_limit=PAGE_TAIL_LIMIT)
+                if request.GET.get("verify") == "chain" else None)
+        seal = selectors.audit_last_seal(session)
         consistent = _rows_consistent(rows)
     query = request.GET.copy()
     for key in ("before", "after", "verify"):
@@ -80,7 +86,8 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
     base = query.urlencode()
     return render(request, "web/audit.html", {
         "form": form, "rows": [(r, consistent[r.seq]) for r in rows],
-        "head": head, "full": full, "page_ok": all(consistent.values()),
+        "head": head, "full": full, "seal": seal, "page_ok": all(consistent.values()),
+        "unsealed": (head.seq if head else 0) - (seal.sealed_seq if seal else 0),
         "newer_url": f"?{base}&after={rows[0].seq}" if rows and newest is not None and rows[0].seq < newest else None,
         "older_url": f"?{base}&before={rows[-1].seq}" if rows and oldest is not None and rows[-1].seq > oldest else None,
         "first_url": f"?{base}" if (before or after) else None,

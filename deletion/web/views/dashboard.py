@@ -6,6 +6,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from sqlalchemy import text
 
+from deletion.domain.services.batches import batch_plans
 from deletion.domain.states import RequestStatus
 from deletion.web import selectors
 from deletion.web.domain_session import domain_session
@@ -33,6 +34,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         return render(request, "web/dashboard.html", {
             "counts": [(s.value, counts.get(s.value, 0)) for s in RequestStatus],
             "total": sum(counts.values()),
-            "open": sum(counts.get(s, 0) for s in ("submitted", "approved", "scheduled", "in_progress", "needs_attention")),
+            "open": sum(counts.get(s, 0) for s in ("submitted", "approved", "scheduled", "in_progress", "needs_attention",
+                                                   "retraining")),
             "deadlines": deadlines, "running": running, "models": models,
+            "plans": batch_plans(session),
         })

@@ -12,13 +12,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from deletion.domain.certificates import parse_payload
 from deletion.domain.errors import DomainError
-from deletion.domain.registry import model_schedule_update
+from deletion.domain.services.batches import batch_plan, batch_window
+from deletion.domain.services.model_settings import model_batch_window_set, model_owner_set
 from deletion.domain.services.recipients import recipient_register
 from deletion.domain.signing import keyring_from_config
 from deletion.web import charts, selectors
 from deletion.web.certificate_status import certificate_chain_status, certificate_status
 from deletion.web.domain_session import domain_session
-from deletion.web.forms import RecipientForm, ScheduleForm
+from deletion.web.forms import OwnerForm, RecipientForm, ScheduleForm
 from deletion.web.roles import actor_of, requires
 from deletion.web.views.common import attach_domain_error
 
@@ -32,7 +33,8 @@ def model_list(request: HttpRequest) -> HttpResponse:
 
 
 def _model_page(request: HttpRequest, name: str, *, schedule_form: ScheduleForm | None = None,
-                recipient_form: RecipientForm | None = None, status: int = 200) -> HttpResponse:
+                recipient_form: RecipientForm | None = None, owner_form: OwnerForm | None = None,
+                status: int = 200) -> HttpResponse:
     with domain_session() as session:
         model = selectors.model_by_name(session, name)
         if model is None:
@@ -44,8 +46,14 @@ def _model_page(request: HttpRequest, name: str, *, schedule_form: ScheduleForm 
             "graph": charts.lineage_graph(checkpoints, model.serving_checkpoint_id),
             "serving": model.serving_checkpoint,
             "recipients": selectors.recipients_of(session, model.id),
-            "schedule_form": schedule_form or ScheduleForm(initial={"batch_window_hours": model.batch_window_hours}),
+            "window_minutes": int(batch_window(model).total_seconds() // 60),
+            "plan": batch_plan(session, model=model),
+            "continual": charts.continual_chart(selectors.continual_record(session, model)),
+            "schedule_form": schedule_form or ScheduleForm(
+                initial={"batch_window_minutes": int(batch_window(model).total_seconds() // 60)}),
             "recipient_form": recipient_form or RecipientForm(),
+            "owner_form": owner_form or OwnerForm(initial={"owner_email": model.owner_email,
+                                                           "owner_webhook_url": model.owner_webhook_url}),
         }, status=status)
 
 
@@ -62,13 +70,31 @@ def model_schedule(request: HttpRequest, name: str) -> HttpResponse:
     if form.is_valid():
         try:
             with domain_session() as session:
-                model_schedule_update(session, actor=actor_of(request.user), name=name,
-                                      batch_window_hours=form.cleaned_data["batch_window_hours"])
+                model_batch_window_set(session, actor=actor_of(request.user), name=name,
+                                       minutes=form.cleaned_data["batch_window_minutes"])
         except DomainError as error:
             attach_domain_error(form, error)
     if form.errors:
         return _model_page(request, name, schedule_form=form, status=400)
     messages.success(request, "Batch schedule saved.")
+    return redirect("model_detail", name=name)
+
+
+@require_POST
+@requires("settings.edit")
+def model_owner(request: HttpRequest, name: str) -> HttpResponse:
+    form = OwnerForm(request.POST)
+    if form.is_valid():
+        try:
+            with domain_session() as session:
+                model_owner_set(session, actor=actor_of(request.user), name=name,
+                                email=form.cleaned_data["owner_email"],
+                                webhook_url=form.cleaned_data["owner_webhook_url"])
+        except DomainError as error:
+            attach_domain_error(form, error)
+    if form.errors:
+        return _model_page(request, name, owner_form=form, status=400)
+    messages.success(request, "Model owner saved; they are told when an erasure needs a retraining.")
     return redirect("model_detail", name=name)
 
 

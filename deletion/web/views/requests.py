@@ -4,21 +4,32 @@ from __future__ import annotations
 from datetime import UTC, datetime, time
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from deletion.domain.errors import DomainError
+from deletion.domain.gdpr import DENIAL_REASONS
+from deletion.domain.methods import METHODS, PRESETS
 from deletion.domain.models import utcnow
+from deletion.domain.services.batches import batch_plan
+from deletion.domain.services.letters import LANGUAGES
 from deletion.domain.services.requests import request_cancel as service_request_cancel
-from deletion.domain.services.requests import request_find_earlier, request_submit
-from deletion.domain.states import JOB_PIPELINE, OPEN_REQUEST_STATUSES, RequestStatus
-from deletion.web import charts, selectors
+from deletion.domain.services.requests import request_duplicate_check, request_submit
+from deletion.domain.services.resolutions import resolution_open, resolutions_of
+from deletion.domain.states import (
+    CANCEL_NEEDS_REVIEW,
+    JOB_PIPELINE,
+    OPEN_REQUEST_STATUSES,
+    RequestStatus,
+)
+from deletion.web import charts, explain, selectors
 from deletion.web.certificate_status import certificate_status
 from deletion.web.domain_session import domain_session
-from deletion.web.forms import RequestForm
+from deletion.web.forms import CancelForm, DecisionForm, RequestForm, ResolutionForm
 from deletion.web.progress import job_progress_json
-from deletion.web.roles import actor_of, requires
+from deletion.web.roles import actor_args, requires, user_can
 from deletion.web.views.common import attach_domain_error, raise_http, render_form
 
 
@@ -52,8 +63,10 @@ def request_new(request: HttpRequest) -> HttpResponse:
     received = datetime.combine(data["received_at"], time(0, 0), tzinfo=UTC)
     try:
         with domain_session() as session:
-            earlier = request_find_earlier(session, name=data["name"], aliases=data["aliases"],
-                                           emails=data["emails"])
+            # Audited: answering "has this person asked before?" is a look-up by identifiers.
+            earlier = request_duplicate_check(session, actor=actor_args(request.user)["actor"],
+                                              name=data["name"], aliases=data["aliases"],
+                                              emails=data["emails"])
             earlier_refs = [r.reference for r in earlier]
             # The blind index found the same subject before: say so, and let the officer
             # confirm rather than silently filing a duplicate.
@@ -61,7 +74,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
                 context["earlier"] = [(r.reference, r.status) for r in earlier]
                 return render(request, "web/request_new.html", {**context, "form": form}, status=409)
             created = request_submit(
-                session, actor=actor_of(request.user), name=data["name"], aliases=data["aliases"],
+                session, **actor_args(request.user), name=data["name"], aliases=data["aliases"],
                 emails=data["emails"], ground=data["ground"], received_at=received,
                 model_name=data["model_name"], priority=data["priority"], notes=data["notes"],
             )
@@ -92,20 +105,38 @@ def request_detail(request: HttpRequest, reference: str) -> HttpResponse:
             refs.append(("certificate", certificate.certificate_id))
         timeline = selectors.audit_events_for(session, refs)
         notifications = selectors.notifications_of(session, row.id)
+        plan = batch_plan(session, model=row.model) if row.status == RequestStatus.APPROVED else None
+        now = utcnow()
         context = {
             "r": row, "model_name": row.model.name, "job": job, "jobs": jobs,
             "progress": job_progress_json(job) if job else None,
+            "history": [job_progress_json(j) for j in jobs[:-1]],
             "stages": [s.value for s in JOB_PIPELINE[1:]],
             "results": results,
             "checks": [v for v in results if v.threshold is not None or v.passed is not None],
             "measurements": [v for v in results if v.threshold is None and v.passed is None],
+            "failed": explain.failed_checks(results) if job and job.stage == "rejected" else [],
             "chart": charts.verification_chart(results),
             "certificate": certificate, "cert_status": cert_status,
             "timeline": timeline, "notifications": notifications,
             "is_open": row.status in OPEN_REQUEST_STATUSES,
-            "overdue": row.status in OPEN_REQUEST_STATUSES and row.due_at < utcnow(),
-            "can_cancel": row.status in (RequestStatus.SUBMITTED, RequestStatus.APPROVED,
-                                          RequestStatus.NEEDS_ATTENTION),
+            "overdue": row.status in OPEN_REQUEST_STATUSES and row.due_at < now,
+            "time_left": row.due_at - now,
+            "plan": plan,
+            "plan_in_window": plan is not None and plan.reason == "window" and plan.starts_at > now,
+            "can_withdraw": row.status == RequestStatus.SUBMITTED and user_can(request.user, "request.cancel"),
+            "can_cancel_approved": row.status in CANCEL_NEEDS_REVIEW
+            and user_can(request.user, "request.cancel_approved"),
+            "cancel_form": CancelForm(),
+            "resolutions": resolutions_of(session, request_id=row.id),
+            "open_resolution": resolution_open(session, request_id=row.id),
+            "can_propose": row.status in (RequestStatus.NEEDS_ATTENTION, RequestStatus.RETRAINING)
+            and user_can(request.user, "resolution.propose"),
+            "resolution_form": ResolutionForm(initial={"method": "kif", "preset": "standard"}),
+            "decision_form": DecisionForm(),
+            "methods": METHODS, "presets": PRESETS, "denial_reasons": DENIAL_REASONS,
+            "letter_ready": row.status in (RequestStatus.COMPLETED, RequestStatus.DENIED),
+            "languages": LANGUAGES,
         }
         return render(request, "web/request_detail.html", context)
 
@@ -121,23 +152,37 @@ def request_progress(request: HttpRequest, reference: str) -> JsonResponse:
         jobs = selectors.jobs_of_request(session, row.id)
         job = jobs[-1] if jobs else None
         certificate = selectors.certificate_of_job(session, job.id) if job else None
+        plan = batch_plan(session, model=row.model) if row.status == RequestStatus.APPROVED else None
         return JsonResponse({
             "reference": row.reference, "status": row.status,
             "job": job_progress_json(job) if job else None,
             "certificate_id": certificate.certificate_id if certificate else None,
+            "batch_starts_at": plan.starts_at.isoformat() if plan else None,
         })
 
 
 @require_POST
-@requires("request.cancel")
 def request_cancel(request: HttpRequest, reference: str) -> HttpResponse:
-    reason = request.POST.get("reason", "")[:2000]
+    """Withdraw before review (officer), or cancel after approval (a reviewer who is
+    not the submitter, with a reason: the domain checks both)."""
+    with domain_session() as session:
+        row = selectors.request_by_reference(session, reference)
+        if row is None:
+            raise Http404("no such request")
+        status = row.status
+    capability = "request.cancel_approved" if status in CANCEL_NEEDS_REVIEW else "request.cancel"
+    if not user_can(request.user, capability):
+        raise DjangoPermissionDenied(capability)
+    form = CancelForm(request.POST)
+    if not form.is_valid():
+        return render(request, "web/form_errors.html", {"form": form, "reference": reference}, status=400)
     try:
         with domain_session() as session:
-            service_request_cancel(session, actor=actor_of(request.user), reference=reference, reason=reason)
+            service_request_cancel(session, **actor_args(request.user), reference=reference,
+                                   reason=form.cleaned_data["reason"] or "")
     except DomainError as error:
         raise_http(error)
-        messages.error(request, str(error))
-    else:
-        messages.success(request, f"Request {reference} canceled.")
+        attach_domain_error(form, error)
+        return render(request, "web/form_errors.html", {"form": form, "reference": reference}, status=400)
+    messages.success(request, f"Request {reference} canceled.")
     return redirect("request_detail", reference=reference)

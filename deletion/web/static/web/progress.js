@@ -37,6 +37,8 @@
           setText("job-eta", job.eta_seconds ? "about " + duration(job.eta_seconds) + " left" : "");
           setText("job-stage", job.stage.replace(/_/g, " "));
           setText("job-steps", job.total ? "· step " + job.step + " of " + job.total : "");
+          setText("job-outcome", job.outcome_text);
+          if (job.outcome !== "running" && lastStage !== null && lastStage !== job.stage) { return window.location.reload(); }
           var items = document.querySelectorAll("#job-stages li");
           for (var i = 0; i < items.length; i++) {
             items[i].className = job.stage === "done" ? "done" : job.stage_index === null ? "" :
