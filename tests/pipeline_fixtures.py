@@ -54,7 +54,7 @@ PIPELINE_TEST_POLICY = {
         {"name": "candidate not wrecked", "metric": "utility.ppl_ratio", "comparator": "<=",
          "margin": 10.0},
     ],
-    "escalation": {"asu": {"scale": {"epochs": 2.0}}},
+    "escalation": {"asu": {"scale": {"steps": 2.0}}},
 }
 # A policy nothing can pass: drives the escalate-then-reject path deterministically.
 REJECTING_POLICY = {
@@ -62,7 +62,7 @@ REJECTING_POLICY = {
     "version": "1",
     "checks": [{"name": "impossible leakage bound", "metric": "leakage.forget",
                 "comparator": "<=", "margin": -1.0}],
-    "escalation": {"asu": {"scale": {"epochs": 2.0}}},
+    "escalation": {"asu": {"scale": {"steps": 2.0}}},
 }
 STOP_TIMEOUT_S = 30.0
 

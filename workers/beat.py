@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from deletion.domain.seals import SEAL_PERIOD
 from workers import routing
 
 
@@ -34,4 +35,13 @@ SCHEDULE: dict[str, dict[str, Any]] = {
     "check-serving-digests": _every(3600.0, routing.CHECK_SERVING_DIGESTS),
     # Signed chain heads kept off the database: at most 15 minutes of rows lack a copy.
     "export-chain-heads": _every(900.0, routing.EXPORT_CHAIN_HEADS),
+    # Working files (the subjects' sets) of every closed job, and unregistered candidates.
+    "sweep-work-files": _every(600.0, routing.SWEEP_WORK_FILES),
+    "prune-outbox": _every(3600.0, routing.PRUNE_OUTBOX),
+    # Ciphertexts bound to their rows and moved off retired keys (services/sealing.py).
+    "reseal-ciphertexts": _every(3600.0, routing.RESEAL_CIPHERTEXTS),
+    # Keyed seals over the audit chain: at most 5 minutes of events lack one.
+    "seal-audit-chain": _every(SEAL_PERIOD.total_seconds(), routing.SEAL_AUDIT_CHAIN),
+    # The database against every signed head exported so far (and the seals they name).
+    "check-chain-heads": _every(3600.0, routing.CHECK_CHAIN_HEADS),
 }

@@ -92,14 +92,14 @@ def bootstrap_demo(*, preset: str = "demo", assets_root: Path | None = None,
                                 progress=progress, threads=threads)
     _copy_fresh(assets.corpus_dir, corpus_dir)
     _copy_fresh(assets.model_dir, checkpoint_dir)
-    from unlearning.corpus import load_corpus
+    from workers.corpora import corpus_register_files
 
-    corpus = load_corpus(corpus_dir / "corpus.jsonl")
+    # The demo's control people as records (`control.jsonl` is the people format).
+    control = corpus_dir / "control_records.jsonl"
     with session_scope(engine()) as session:
-        registry.corpus_register(session, actor=BOOTSTRAP_ACTOR, name=DEMO_CORPUS,
-                                 path=str(corpus_dir / "corpus.jsonl"),
-                                 manifest_digest=corpus.manifest_digest,
-                                 record_count=len(corpus))
+        corpus_register_files(session, actor=BOOTSTRAP_ACTOR, name=DEMO_CORPUS,
+                              path=corpus_dir / "corpus.jsonl",
+                              control_path=control if control.is_file() else None)
         registry.model_register(session, actor=BOOTSTRAP_ACTOR, name=DEMO_MODEL,
                                 description=f"demo model ({preset} preset) on synthetic people",
                                 corpus_name=DEMO_CORPUS)

@@ -187,7 +187,7 @@ def make_celery(broker_url: str, *, limits: DeliveryLimits | None = None) -> Cel
         worker_hijack_root_logger=False,
         enable_utc=True,
         timezone="UTC",
-        include=["workers.tasks"],
+        include=["workers.tasks", "workers.integrity_tasks", "workers.scan"],
     )
     from workers.beat import SCHEDULE
 
@@ -196,9 +196,11 @@ def make_celery(broker_url: str, *, limits: DeliveryLimits | None = None) -> Cel
 
 
 def _configured_broker_url() -> str:
-    from deletion.domain.config import current
+    # The broker URL only: beat (and `celery inspect`) then start without any key or
+    # database setting; task bodies load the rest of the settings when they run.
+    from deletion.domain.config import broker_url
 
-    return current().celery_broker_url
+    return broker_url()
 
 
 app = make_celery(_configured_broker_url())

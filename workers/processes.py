@@ -44,8 +44,9 @@ def beat_command(*, schedule_file: Path, loglevel: str = "INFO") -> list[str]:
 
 
 def web_command(*, bind: str) -> list[str]:
-    return [PYTHON, "-m", "gunicorn", "deletion.wsgi:application", "--bind", bind,
-            "--workers", "2", "--access-logfile", "-"]
+    """gunicorn with the repository's gunicorn.conf.py (threaded workers: long exports)."""
+    return [PYTHON, "-m", "gunicorn", "deletion.wsgi:application",
+            "--config", str(REPO_ROOT / "gunicorn.conf.py"), "--bind", bind, "--workers", "2"]
 
 
 @dataclass

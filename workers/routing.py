@@ -34,6 +34,11 @@ NOTIFY_RECIPIENTS = "erasure.notify_recipients"
 DELIVER_NOTIFICATION = "erasure.deliver_notification"
 CHECK_SERVING_DIGESTS = "erasure.check_serving_digests"
 EXPORT_CHAIN_HEADS = "erasure.export_chain_heads"
+SWEEP_WORK_FILES = "erasure.sweep_work_files"
+PRUNE_OUTBOX = "erasure.prune_outbox"
+RESEAL_CIPHERTEXTS = "erasure.reseal_ciphertexts"
+CHECK_CHAIN_HEADS = "erasure.check_chain_heads"
+SEAL_AUDIT_CHAIN = "erasure.seal_audit_chain"
 
 _GPU_TASKS = frozenset({UNLEARN})
 

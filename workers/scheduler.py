@@ -1,34 +1,33 @@
 """The batch scheduler and the deadline watcher (both run from beat).
 
-Approved requests for one model are merged into one job, because one
-unlearning run for many subjects costs about what one run for a single subject
-costs.  A model's requests wait for its batch window (counted from the oldest
-approval) unless one of them is `immediate` or close to its deadline: then the
-whole pending batch runs at once.  One job per model at a time; requests that
-arrive while a job runs wait for the next batch.
+The batching rule lives in `deletion.domain.services.batches` (so the pages can say
+when a batch will start); this module applies it on every beat tick.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from datetime import datetime
 
 from deletion.domain.db import session_scope
-from deletion.domain.models import ErasureRequest, Job, JobRequest, Model, utcnow
+from deletion.domain.methods import DEFAULT_METHOD
+from deletion.domain.models import Model, utcnow
+from deletion.domain.services.batches import (
+    SCHEDULER_ACTOR,
+    batch_decision,
+    batch_pending,
+    batch_start,
+    batch_window,
+    model_active_job,
+)
 from deletion.domain.services.deadline_alerts import deadline_alert_record, deadline_alerts_due
-from deletion.domain.services.jobs import ModelBusy, job_create
-from deletion.domain.states import JOB_ACTIVE_STAGES, RequestStatus
+from deletion.domain.services.jobs import ModelBusy
 from workers.runtime import config, engine
 
 log = logging.getLogger(__name__)
 
-ACTOR = "system:scheduler"
-DEFAULT_METHOD = "asu"
-MAX_REQUESTS_PER_JOB = 50
+ACTOR = SCHEDULER_ACTOR
 
 
 @dataclass(frozen=True)
@@ -39,63 +38,26 @@ class ScheduledJob:
     reason: str
 
 
-def _urgent_within() -> timedelta:
-    """A request this close to its deadline runs now (the earliest alert window)."""
-    return timedelta(days=max(config().deadline_alert_days))
-
-
-def batch_decision(requests: list[ErasureRequest], *, window_hours: int,
-                   now: datetime) -> str | None:
-    """Why this model's pending batch should run now, or None to keep waiting."""
-    if any(r.priority == "immediate" for r in requests):
-        return "immediate"
-    if any(r.due_at - now <= _urgent_within() for r in requests):
-        return "deadline"
-    oldest = min((r.decided_at or r.created_at) for r in requests)
-    if now - oldest >= timedelta(hours=window_hours):
-        return "window"
-    return None
-
-
-def _pending_by_model(session: Session) -> dict[int, list[ErasureRequest]]:
-    already = select(JobRequest.request_id)
-    rows = session.scalars(
-        select(ErasureRequest).where(ErasureRequest.status == RequestStatus.APPROVED,
-                                     ErasureRequest.id.not_in(already))
-        .order_by(ErasureRequest.due_at, ErasureRequest.id)
-    )
-    pending: dict[int, list[ErasureRequest]] = {}
-    for request in rows:
-        pending.setdefault(request.model_id, []).append(request)
-    return pending
-
-
-def _busy(session: Session, model_id: int) -> bool:
-    return session.scalar(
-        select(Job.id).where(Job.model_id == model_id,
-                             Job.stage.in_([s.value for s in JOB_ACTIVE_STAGES]),
-                             Job.dead_lettered_at.is_(None)).limit(1)
-    ) is not None
-
-
 def batches_schedule(*, now: datetime | None = None, method: str = DEFAULT_METHOD) -> list[ScheduledJob]:
-    """Create at most one job per idle model from its approved requests; returns them."""
+    """Create at most one job per idle model from its approved requests; returns them.
+
+    The rule (window, deadline, immediate priority) is the domain's `batches` module,
+    the same one the pages ask for the start time they show.
+    """
     now = now or utcnow()
     created: list[ScheduledJob] = []
     with session_scope(engine()) as session:
-        for model_id, requests in _pending_by_model(session).items():
+        for model_id, requests in batch_pending(session).items():
             model = session.get_one(Model, model_id)
-            reason = batch_decision(requests, window_hours=model.batch_window_hours, now=now)
-            if reason is None or _busy(session, model_id):
+            reason = batch_decision(requests, window=batch_window(model), now=now)
+            if reason is None or model_active_job(session, model_id=model_id) is not None:
                 continue
-            batch = requests[:MAX_REQUESTS_PER_JOB]  # earliest deadlines first
-            references = tuple(r.reference for r in batch)
             try:
                 with session.begin_nested():
-                    job = job_create(session, actor=ACTOR, model_name=model.name,
-                                     references=references, method=method)
+                    job = batch_start(session, model=model, reason=reason, method=method)
             except ModelBusy:
                 continue
+            references = tuple(r.reference for r in job.requests)
             created.append(ScheduledJob(job.id, model.name, references, reason))
             log.info("job %s scheduled for model %s: %s request(s) (%s)", job.id, model.name,
                      len(references), reason)

@@ -3,24 +3,31 @@
 The job's `stage` names the stage that runs or is about to run; its heartbeat
 says which: fresh while a worker is on it, NULL once the previous stage has
 handed it over.  Every stage follows the same pattern, so that it is safe to
-run twice:
+run twice, or to have a copy run at the same time:
 
-1. take the stage with a compare-and-set on (stage, heartbeat): the task
-   that finds the stage handed over (heartbeat NULL) takes it; a copy that
-   arrives while a worker is on it finds the heartbeat fresh and returns.
-   A stale heartbeat means the worker is gone: the stage is taken over, at the
-   cost of one attempt (the first stage enters from `queued` with `job_claim`);
+1. take the stage: a compare-and-set that writes a fresh claim token
+   (`services.jobs.job_take_over`; the first stage enters from `queued` with
+   `job_claim`).  It is free when handed over (heartbeat NULL), when its
+   heartbeat is stale or its holder's process is gone (one attempt spent), or for
+   the retry of the very task that holds the claim;
 2. do the work outside any transaction, unless it is already stored (a job
-   retried from `queued` walks through its finished stages cheaply);
-3. in one transaction store the result, move the stage on (`job_claim`),
-   clear the heartbeat and add an outbox row for the next task; then relay the
-   outbox at once (beat's relay is the safety net).
+   retried from `queued` walks through its finished stages cheaply), writing
+   only files of its own (named after its claim);
+3. in one transaction that starts by locking the job and checking the claim
+   (`job_hold`), store the result, move the stage on and enqueue the next task
+   (`job_hand_over`); then relay the outbox at once (beat's relay is the
+   safety net).
 
-`certify` is the one atomic step: the certificate, the move of the serving
-pointer, the corpus tombstones, the old checkpoints' disposition and the
-requests' completion commit together, or not at all.  `promote` then closes
-the job (notifications, removal of the work directory that holds the
-subject's records).
+A run whose claim was taken over in the meantime raises `ClaimLost` at step 3 (or
+earlier, from a heartbeat or the progress callback): the transaction rolls back, the
+task removes the files it wrote and stops quietly (tasks.py).  It never fails the
+job, and never touches the files of the run that holds the claim.
+
+`certify` calls one domain service (`services.certification.job_certify_and_promote`):
+the certificate, the move of the serving pointer, the corpus tombstones, the old
+checkpoints' disposition and the requests' completion commit together, or not at all.
+`promote` then closes the job (notifications, removal of the work folder that holds
+the subject's records); from `promoting` a job can only finish.
 
 ML code is imported inside the functions: the worker's parent process stays
 free of torch, and the web never imports this module.
@@ -30,12 +37,10 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from deletion.domain import registry
@@ -43,25 +48,38 @@ from deletion.domain.audit import audit_append
 from deletion.domain.db import session_scope
 from deletion.domain.errors import PermanentJobError
 from deletion.domain.models import Checkpoint, Corpus, CorpusVersion, Job, Model, utcnow
+from deletion.domain.services.certification import (
+    job_certify_and_promote,
+    report_text,
+    verification_report_get,
+    verification_report_load,
+    verification_report_store,
+)
 from deletion.domain.services.jobs import (
+    ClaimLost,
     job_claim,
     job_escalate,
     job_fail,
+    job_hand_over,
+    job_hold,
     job_record,
     job_reject,
+    job_release,
 )
 from deletion.domain.services.outbox import outbox_enqueue
 from deletion.domain.services.requests import subject_identifiers
 from deletion.domain.states import JobStage
-from workers import routing
+from workers import routing, workfiles
 from workers.results import verification_results_store
 from workers.runtime import (
     WORKER_ACTOR,
     ProgressReporter,
-    config,
+    StageRun,
     engine,
     heartbeat,
-    job_take_over,
+    signer,
+    stage_take_over,
+    versions,
     worker_name,
 )
 
@@ -70,67 +88,55 @@ log = logging.getLogger(__name__)
 S = JobStage
 
 
-# ------------------------------------------------------------------ paths
-
-
-def work_dir_of(job_id: int) -> Path:
-    """Scratch space of one job (its sets hold the subject's records: removed at the end)."""
-    return config().checkpoint_dir / "_work" / f"job-{job_id}"
-
-
-def sets_dir_of(job_id: int) -> Path:
-    return work_dir_of(job_id) / "sets"
-
-
-def report_path_of(job_id: int, candidate_id: int) -> Path:
-    """One report per candidate: a re-based or escalated job never reuses a stale verdict."""
-    return work_dir_of(job_id) / f"verification-candidate-{candidate_id}.json"
-
-
-def candidate_dir_of(model_name: str, job_id: int, round_: int, base_version: int) -> Path:
-    return config().checkpoint_dir / model_name / f"job-{job_id}-base-v{base_version}-round-{round_}"
-
-
-def hand_over(session: Session, *, job_id: int, current: S, nxt: S, task_name: str) -> None:
-    """Move the job to `nxt`, mark it free for the next task, and enqueue that task."""
-    if not job_claim(session, job_id=job_id, expected_stage=current, next_stage=nxt,
-                     worker=worker_name()):
-        raise RuntimeError(f"job {job_id} left {current} while this worker held it")
-    release_heartbeat(session, job_id=job_id)
-    outbox_enqueue(session, task_name=task_name, args={"job_id": job_id})
-
-
-def release_heartbeat(session: Session, *, job_id: int) -> None:
-    session.execute(update(Job).where(Job.id == job_id).values(heartbeat_at=None)
-                    .execution_options(synchronize_session=False))
-
-
 def _relay_now() -> None:
     from workers.relay import relay_pending
 
     relay_pending()
 
 
-def _take(session: Session, job_id: int, stage: S, *, resume: bool) -> bool:
-    """Take `stage` when it was handed over (or its worker is gone).  False: someone
-    else has the job now, or it moved on; do nothing."""
-    if not job_take_over(session, job_id=job_id, stage=stage, own_retry=resume):
-        log.info("job %s: stage %s is not free for this task; nothing to do", job_id, stage)
+def _take(session: Session, run: StageRun, stage: S) -> bool:
+    """Take `stage` for this run (it then holds `run.claim`).  False: someone else has the
+    job now, or it moved on; do nothing."""
+    if stage_take_over(session, run=run, stage=stage) is None:
+        log.info("job %s: stage %s is not free for this task; nothing to do", run.job_id, stage)
         return False
-    job = session.get_one(Job, job_id)
+    job = session.get_one(Job, run.job_id)
     session.refresh(job)
-    if job.attempts > job.max_attempts:
-        job_fail(session, job_id=job_id, error="worker lost too many times", permanent=True)
-        log.error("job %s dead-lettered after %s attempts", job_id, job.attempts)
+    # A certified job is never dead-lettered: its promotion must finish.
+    if job.attempts > job.max_attempts and stage != S.PROMOTING:
+        job_fail(session, job_id=run.job_id, error="worker lost too many times", permanent=True,
+                 claim=run.claim)
+        log.error("job %s dead-lettered after %s attempts", run.job_id, job.attempts)
         return False
     return True
 
 
-def _enter_first_stage(session: Session, job_id: int, *, resume: bool) -> bool:
-    if job_claim(session, job_id=job_id, expected_stage=S.QUEUED,
-                 next_stage=S.BUILDING_SETS, worker=worker_name()):
-        return True
-    return _take(session, job_id, S.BUILDING_SETS, resume=resume)
+def _claim(run: StageRun, stage: S) -> bool:
+    """Take `stage` in a transaction of its own, so that whatever fails after it is this
+    claim's to record (a failure in the same transaction would roll the claim back too)."""
+    with session_scope(engine()) as session:
+        if stage is S.BUILDING_SETS:
+            return _enter_first_stage(session, run)
+        return _take(session, run, stage)
+
+
+def _enter_first_stage(session: Session, run: StageRun) -> bool:
+    if run.claim is None:
+        token = job_claim(session, job_id=run.job_id, expected_stage=S.QUEUED,
+                          next_stage=S.BUILDING_SETS, worker=worker_name())
+        if token is not None:
+            run.claim = token
+            return True
+    return _take(session, run, S.BUILDING_SETS)
+
+
+def _hand_over(session: Session, run: StageRun, current: S, nxt: S, task_name: str) -> None:
+    job_hand_over(session, job_id=run.job_id, claim=run.token, current=current, nxt=nxt,
+                  task_name=task_name, worker=worker_name())
+
+
+def _hold(session: Session, run: StageRun) -> Job:
+    return job_hold(session, job_id=run.job_id, claim=run.token)
 
 
 # ------------------------------------------------------------ build sets
@@ -139,10 +145,12 @@ def _enter_first_stage(session: Session, job_id: int, *, resume: bool) -> bool:
 @dataclass(frozen=True)
 class _SetsPlan:
     job_id: int
+    claim: str
     corpus_path: Path
     tombstoned: frozenset[str]
     subjects: tuple[Any, ...]
     done: bool
+    corpus_digest: str = ""
 
 
 def _corpus_version_of(session: Session, job: Job) -> CorpusVersion:
@@ -162,52 +170,72 @@ def _tombstoned(session: Session, version: CorpusVersion) -> frozenset[str]:
     return frozenset(registry.corpus_tombstoned_ids(session, name=corpus.name))
 
 
-def stage_build_sets(job_id: int, *, resume: bool = False) -> None:
+def _sets_file(job: Job) -> str:
+    name = (job.sets or {}).get("sets_file")
+    if not isinstance(name, str):
+        raise PermanentJobError(f"job {job.id} has no sets file recorded")
+    return name
+
+
+def stage_build_sets(run: StageRun) -> None:
+    job_id = run.job_id
+    if not _claim(run, S.BUILDING_SETS):
+        return
     with session_scope(engine()) as session:
-        if not _enter_first_stage(session, job_id, resume=resume):
-            return
-        job = session.get_one(Job, job_id)
+        job = _hold(session, run)
         version = _corpus_version_of(session, job)
-        done = job.sets is not None and (sets_dir_of(job_id) / "manifest.json").is_file()
+        done = job.sets is not None and workfiles.sets_present(job_id, job.sets.get("sets_file"))
         subjects = () if done else tuple(
             subject_identifiers(session, r.reference) for r in job.requests
         )
-        plan = _SetsPlan(job_id, Path(version.path), _tombstoned(session, version), subjects, done)
-    manifest = None if plan.done else _compute_sets(plan)
+        plan = _SetsPlan(job_id, run.token, Path(version.path), _tombstoned(session, version),
+                         subjects, done, version.manifest_digest)
+    manifest = None if plan.done else _compute_sets(plan, run)
+    rejected = False
     with session_scope(engine()) as session:
+        _hold(session, run)
         if manifest is not None and manifest["counts"]["unmatched"]:
             # Certifying the erasure of data we never found would be a false statement.
             job_reject(session, job_id=job_id, actor=WORKER_ACTOR,
                        reason=f"{len(manifest['counts']['unmatched'])} subject(s) match no "
                               "record of the corpus")
-            shutil.rmtree(work_dir_of(job_id), ignore_errors=True)
-            return
-        if manifest is not None:
-            job_record(session, job_id=job_id, sets=manifest, work_dir=str(work_dir_of(job_id)),
-                       timings={"build_sets_s": manifest.pop("seconds")})
-        hand_over(session, job_id=job_id, current=S.BUILDING_SETS, nxt=S.UNLEARNING,
-                  task_name=routing.UNLEARN)
+            rejected = True
+        else:
+            if manifest is not None:
+                job_record(session, job_id=job_id, sets=manifest,
+                           work_dir=str(workfiles.work_dir_of(job_id)),
+                           timings={"build_sets_s": manifest.pop("seconds")})
+            _hand_over(session, run, S.BUILDING_SETS, S.UNLEARNING, routing.UNLEARN)
+    run.owned.clear()
+    if rejected:
+        workfiles.work_files_remove(job_id, reason="job rejected", actor=WORKER_ACTOR)
+        return
+    if manifest is not None:
+        workfiles.sets_files_discard(job_id, keep=manifest["sets_file"])
     _relay_now()
 
 
-def _compute_sets(plan: _SetsPlan) -> dict[str, Any]:
-    """Build and save the sets; return digests and counts only (no names leave here)."""
+def _compute_sets(plan: _SetsPlan, run: StageRun) -> dict[str, Any]:
+    """Build the sets and write them encrypted; return digests and counts only (no names
+    leave here)."""
     import time
 
-    from unlearning.corpus import load_corpus
-    from unlearning.sets import Subject, build_sets
+    from unlearning.sets import Subject
+    from workers.scan import compute_sets
 
     started = time.monotonic()
-    with heartbeat(plan.job_id):
-        corpus = load_corpus(plan.corpus_path).without(plan.tombstoned)
+    with heartbeat(run):
         subjects = [
             Subject(name=s.name, aliases=tuple(s.aliases), identifiers=(*s.emails, *s.phones))
             for s in plan.subjects
         ]
-        sets = build_sets(corpus, subjects, seed=plan.job_id)
-        out = sets_dir_of(plan.job_id)
-        shutil.rmtree(out, ignore_errors=True)
-        sets.save(out)
+        # Streamed (never loaded whole); a corpus of shards is scanned by many workers.
+        sets = compute_sets(plan.corpus_path, subjects, job_work_dir=workfiles.work_dir_of(plan.job_id),
+                            seed=plan.job_id, exclude_ids=plan.tombstoned,
+                            corpus_digest=plan.corpus_digest)
+        run.check()
+        path = workfiles.sets_save(plan.job_id, plan.claim, sets)
+        run.owned.append(path)
     manifest = sets.manifest()
     log.info("job %s: sets built (forget %s, retain %s, probes %s)", plan.job_id,
              len(sets.forget), len(sets.retain), len(sets.probes))
@@ -222,6 +250,7 @@ def _compute_sets(plan: _SetsPlan) -> dict[str, Any]:
         "probes": len(sets.probes),
         # Record ids (not personal data) so that certify can tombstone them.
         "forget_record_ids": sorted(r.id for r in sets.forget),
+        "sets_file": path.name,
         "seconds": round(time.monotonic() - started, 3),
     }
 
@@ -232,6 +261,7 @@ def _compute_sets(plan: _SetsPlan) -> dict[str, Any]:
 @dataclass(frozen=True)
 class _UnlearnPlan:
     job_id: int
+    claim: str
     model_name: str
     base_dir: Path
     base_version: int
@@ -239,43 +269,41 @@ class _UnlearnPlan:
     method: str
     hparams: dict[str, Any]
     round: int
+    sets_file: str
     done: bool
 
 
-def stage_unlearn(job_id: int, *, resume: bool = False) -> None:
+def stage_unlearn(run: StageRun) -> None:
+    job_id = run.job_id
+    if not _claim(run, S.UNLEARNING):
+        return
     with session_scope(engine()) as session:
-        if not _take(session, job_id, S.UNLEARNING, resume=resume):
-            return
-        job = session.get_one(Job, job_id)
+        job = _hold(session, run)
         base = session.get_one(Checkpoint, job.base_checkpoint_id)
         if job.candidate_checkpoint_id is None:
             # Never unlearn from bytes nobody registered (a serving checkpoint that changed).
             registry.checkpoint_check_files(base)
         plan = _UnlearnPlan(
-            job_id=job_id, model_name=job.model.name, base_dir=Path(base.directory),
-            base_version=base.version, base_id=base.id, method=job.method,
-            hparams=dict(job.hparams or {}), round=job.verification_round,
-            done=job.candidate_checkpoint_id is not None,
+            job_id=job_id, claim=run.token, model_name=job.model.name,
+            base_dir=Path(base.directory), base_version=base.version, base_id=base.id,
+            method=job.method, hparams=dict(job.hparams or {}), round=job.verification_round,
+            sets_file=_sets_file(job), done=job.candidate_checkpoint_id is not None,
         )
-    if not plan.done:
-        result = _erase(plan)
-        with session_scope(engine()) as session:
+    result = None if plan.done else _erase(plan, run)
+    with session_scope(engine()) as session:
+        job = _hold(session, run)
+        if result is not None:
             registry.checkpoint_register(
                 session, actor=WORKER_ACTOR, model_name=plan.model_name,
                 directory=str(result.out_dir), digest=result.digest, parent_id=plan.base_id,
                 job_id=job_id,
             )
-            job = session.get_one(Job, job_id)
             # The settings actually used (defaults filled in) are what the certificate states.
             job.hparams = _plain(result.hparams)
             job_record(session, job_id=job_id,
                        timings={f"unlearn_round_{plan.round}_s": round(result.seconds, 3)})
-            hand_over(session, job_id=job_id, current=S.UNLEARNING, nxt=S.VERIFYING,
-                      task_name=routing.VERIFY)
-    else:
-        with session_scope(engine()) as session:
-            hand_over(session, job_id=job_id, current=S.UNLEARNING, nxt=S.VERIFYING,
-                      task_name=routing.VERIFY)
+        _hand_over(session, run, S.UNLEARNING, S.VERIFYING, routing.VERIFY)
+    run.owned.clear()
     _relay_now()
 
 
@@ -284,16 +312,16 @@ def _plain(hparams: Any) -> dict[str, Any]:
     return dict(json.loads(json.dumps(dict(hparams), default=str)))
 
 
-def _erase(plan: _UnlearnPlan) -> Any:
+def _erase(plan: _UnlearnPlan, run: StageRun) -> Any:
     from unlearning.erase import erase
-    from unlearning.sets import ErasureSets
 
-    out_dir = candidate_dir_of(plan.model_name, plan.job_id, plan.round, plan.base_version)
-    shutil.rmtree(out_dir, ignore_errors=True)  # a half-written attempt that crashed
-    sets = ErasureSets.load(sets_dir_of(plan.job_id))
-    with heartbeat(plan.job_id):
+    out_dir = workfiles.candidate_dir_of(plan.model_name, plan.job_id, plan.round,
+                                         plan.base_version, plan.claim)
+    run.owned.append(out_dir)
+    sets = workfiles.sets_load(plan.job_id, plan.sets_file)
+    with heartbeat(run):
         result = erase(plan.base_dir, sets, method=plan.method, out_dir=out_dir,
-                       hparams=plan.hparams or None, progress=ProgressReporter(plan.job_id))
+                       hparams=plan.hparams or None, progress=ProgressReporter(run))
     log.info("job %s: %s round %s wrote %s in %.1f s", plan.job_id, plan.method, plan.round,
              out_dir.name, result.seconds)
     return result
@@ -305,63 +333,93 @@ def _erase(plan: _UnlearnPlan) -> Any:
 @dataclass(frozen=True)
 class _VerifyPlan:
     job_id: int
+    candidate_id: int
     candidate_dir: Path
+    candidate_digest: str
     base_dir: Path
+    base_digest: str
     corpus_path: Path
     tombstoned: frozenset[str]
     round: int
+    sets_file: str
+    control_path: Path | None = None  # the control corpus registered with the corpus
 
 
-def stage_verify(job_id: int, *, resume: bool = False) -> None:
+def stage_verify(run: StageRun) -> None:
+    job_id = run.job_id
+    if not _claim(run, S.VERIFYING):
+        return
     with session_scope(engine()) as session:
-        if not _take(session, job_id, S.VERIFYING, resume=resume):
-            return
-        job = session.get_one(Job, job_id)
+        job = _hold(session, run)
         if job.candidate_checkpoint_id is None:
             raise PermanentJobError("verification reached without a candidate checkpoint")
         candidate = session.get_one(Checkpoint, job.candidate_checkpoint_id)
         base = session.get_one(Checkpoint, job.base_checkpoint_id)
         version = _corpus_version_of(session, job)
-        plan = _VerifyPlan(job_id, Path(candidate.directory), Path(base.directory),
-                           Path(version.path), _tombstoned(session, version),
-                           job.verification_round)
-        report_file = report_path_of(job_id, candidate.id)
-    if report_file.is_file():
-        report = json.loads(report_file.read_text(encoding="utf-8"))
-    else:
-        report = _verify(plan)
-        report_file.write_text(json.dumps(report, sort_keys=True), encoding="utf-8")
+        control = registry.corpus_control_path(session, corpus_id=version.corpus_id)
+        plan = _VerifyPlan(job_id, candidate.id, Path(candidate.directory), candidate.digest,
+                           Path(base.directory), base.digest, Path(version.path),
+                           _tombstoned(session, version), job.verification_round,
+                           _sets_file(job), Path(control) if control else None)
+        stored = verification_report_get(session, job_id=job_id, candidate_id=candidate.id)
+        report = verification_report_load(stored) if stored is not None else None
+    if report is None:
+        report = _verify(plan, run)
+    rejected = False
     with session_scope(engine()) as session:
+        _hold(session, run)
+        verification_report_store(session, job_id=job_id, round_=plan.round,
+                                  candidate_id=plan.candidate_id, report=report,
+                                  actor=WORKER_ACTOR)
         verification_results_store(session, job_id=job_id, round_=plan.round, report=report)
         job_record(session, job_id=job_id,
                    timings={f"verify_round_{plan.round}_s": report.get("seconds", 0.0)})
         if report["passed"]:
-            hand_over(session, job_id=job_id, current=S.VERIFYING, nxt=S.CERTIFYING,
-                      task_name=routing.CERTIFY)
+            _hand_over(session, run, S.VERIFYING, S.CERTIFYING, routing.CERTIFY)
         elif not _escalate(session, job_id=job_id, report=report):
             _reject_after_verification(session, job_id=job_id, report=report)
+            rejected = True
+    if rejected:
+        workfiles.work_files_remove(job_id, reason="job rejected", actor=WORKER_ACTOR)
+    else:
+        # The working copy, written once the database holds the report it copies.
+        workfiles.report_save(job_id, plan.candidate_id, report_text(report))
     _relay_now()
 
 
-def _verify(plan: _VerifyPlan) -> dict[str, Any]:
+def _check_files(directory: Path, digest: str, what: str) -> None:
+    actual = registry.checkpoint_files_digest(str(directory))
+    if actual != digest:
+        raise registry.CheckpointCorrupted(
+            f"the {what} checkpoint no longer matches its registered digest {digest[:12]} "
+            f"(files now: {actual[:12]}); it is not loaded")
+
+
+VERIFY_CORPUS_SAMPLE = 3000  # retained records the verifier draws its utility and lens material from
+
+
+def _verify(plan: _VerifyPlan, run: StageRun) -> dict[str, Any]:
     import time
 
-    from unlearning.corpus import load_corpus
-    from unlearning.sets import ErasureSets
+    from unlearning.corpus.sampling import sample_records
     from unlearning.verification import verify
     from workers.policies import deployment_policy
 
     started = time.monotonic()
-    sets = ErasureSets.load(sets_dir_of(plan.job_id))
-    control = plan.corpus_path.parent / "control.jsonl"
+    sets = workfiles.sets_load(plan.job_id, plan.sets_file)
     heldout = plan.corpus_path.parent / "heldout.txt"
-    with heartbeat(plan.job_id):
+    with heartbeat(run):
+        # Loading runs code a checkpoint ships (KIF's gates): only bytes that were registered.
+        _check_files(plan.candidate_dir, plan.candidate_digest, "candidate")
+        _check_files(plan.base_dir, plan.base_digest, "base")
         report = verify(
             plan.candidate_dir, plan.base_dir, sets,
-            control=control if control.is_file() else None,
-            corpus=load_corpus(plan.corpus_path).without(plan.tombstoned),
+            control=plan.control_path,
+            # A seeded sample of the retained records (never the whole corpus in memory).
+            corpus=sample_records(plan.corpus_path, VERIFY_CORPUS_SAMPLE, seed=plan.job_id,
+                                  exclude_ids=plan.tombstoned),
             heldout=heldout if heldout.is_file() else None, policy=deployment_policy(),
-            progress=ProgressReporter(plan.job_id), seed=plan.job_id,
+            progress=ProgressReporter(run), seed=plan.job_id,
         )
     data: dict[str, Any] = report.to_json()
     data["verified_at"] = utcnow().isoformat()
@@ -394,7 +452,7 @@ def _escalate(session: Session, *, job_id: int, report: dict[str, Any]) -> bool:
         return False
     _set_candidate_aside(session, job, reason="failed verification; escalating")
     job_escalate(session, job_id=job_id, hparams=_plain(stronger), actor=WORKER_ACTOR)
-    release_heartbeat(session, job_id=job_id)  # `unlearning` is handed over, as usual
+    job_release(session, job_id=job_id)  # `unlearning` is handed over, as usual
     log.info("job %s: verification failed; escalating once with stronger settings", job_id)
     outbox_enqueue(session, task_name=routing.UNLEARN, args={"job_id": job_id})
     return True
@@ -411,51 +469,67 @@ def _set_candidate_aside(session: Session, job: Job, *, reason: str) -> None:
 
 def _reject_after_verification(session: Session, *, job_id: int, report: dict[str, Any]) -> None:
     job = session.get_one(Job, job_id)
-    _set_candidate_aside(session, job, reason="failed verification")
     failed = sorted(c["name"] for c in report.get("checks", []) if not c.get("passed"))
+    # job_reject retires the candidate: it never serves and still holds the subject's data.
     job_reject(session, job_id=job_id, actor=WORKER_ACTOR,
                reason="verification failed" + (" after escalation" if job.escalated else "")
                + ": " + ", ".join(failed))
-    shutil.rmtree(work_dir_of(job_id), ignore_errors=True)
     log.warning("job %s rejected: %s", job_id, ", ".join(failed))
 
 
 # --------------------------------------------------------- certify (atomic)
 
 
-def stage_certify(job_id: int, *, resume: bool = False) -> None:
-    from workers.certify import certify_and_promote
-
+def stage_certify(run: StageRun) -> None:
+    job_id = run.job_id
+    if not _claim(run, S.CERTIFYING):
+        return
     with session_scope(engine()) as session:
-        if not _take(session, job_id, S.CERTIFYING, resume=resume):
-            return
-        job = session.get_one(Job, job_id)
+        job = _hold(session, run)
         if job.candidate_checkpoint_id is None:
             raise PermanentJobError("certification reached without a candidate checkpoint")
-        report = json.loads(report_path_of(job_id, job.candidate_checkpoint_id).read_text("utf-8"))
-        certify_and_promote(session, job=job, report=report)
+        stored = verification_report_get(session, job_id=job_id,
+                                         candidate_id=job.candidate_checkpoint_id)
+        if stored is not None:
+            # The file is a copy; the database holds what is signed.  A copy that differs
+            # means someone changed the work folder: stop, do not certify.
+            workfiles.report_file_check(job_id, job.candidate_checkpoint_id, stored.digest)
+        job_certify_and_promote(session, job_id=job_id, claim=run.token, signer=signer(),
+                                versions=versions(), actor=WORKER_ACTOR, worker=worker_name())
     _relay_now()
 
 
 # ------------------------------------------------------------------ promote
 
 
-def stage_promote(job_id: int, *, resume: bool = False) -> None:
+def stage_promote(run: StageRun) -> None:
     from workers.notifications import notifications_open
 
+    job_id = run.job_id
+    if not _claim(run, S.PROMOTING):
+        return
     with session_scope(engine()) as session:
-        if not _take(session, job_id, S.PROMOTING, resume=resume):
-            return
-        if not job_claim(session, job_id=job_id, expected_stage=S.PROMOTING, next_stage=S.DONE,
-                         worker=worker_name()):
-            raise RuntimeError(f"job {job_id} left promoting while this worker held it")
+        _hold(session, run)
+        if job_claim(session, job_id=job_id, expected_stage=S.PROMOTING, next_stage=S.DONE,
+                     worker=worker_name(), claim=run.claim) is None:
+            raise ClaimLost(f"job {job_id} left promoting while this worker held it")
         job = session.get_one(Job, job_id)
         job.finished_at = utcnow()
         audit_append(session, actor=WORKER_ACTOR, action="job.done", object_type="job",
                      object_ref=str(job_id), details={"timings": job.timings or {}})
         if notifications_open(session, job=job):
             outbox_enqueue(session, task_name=routing.NOTIFY_RECIPIENTS, args={})
-    # The forget set on disk is the subject's data: it goes as soon as the job is done.
-    shutil.rmtree(work_dir_of(job_id), ignore_errors=True)
+    # The sets on disk are the subject's data: they go as soon as the job is done (the
+    # sweep removes them if this worker dies first).
+    workfiles.work_files_remove(job_id, reason="job done", actor=WORKER_ACTOR)
     log.info("job %s done", job_id)
     _relay_now()
+
+
+STAGES = {
+    routing.BUILD_SETS: stage_build_sets,
+    routing.UNLEARN: stage_unlearn,
+    routing.VERIFY: stage_verify,
+    routing.CERTIFY: stage_certify,
+    routing.PROMOTE: stage_promote,
+}

@@ -82,7 +82,9 @@ def test_beat_runs_every_housekeeping_task_each_expiring_within_its_period() -> 
     assert tasks == {routing.RELAY_OUTBOX, routing.SCHEDULE_BATCHES, routing.RECONCILE,
                      routing.WATCH_DEADLINES, routing.DESTROY_CHECKPOINTS,
                      routing.PURGE_IDENTIFIERS, routing.NOTIFY_RECIPIENTS,
-                     routing.CHECK_SERVING_DIGESTS, routing.EXPORT_CHAIN_HEADS}
+                     routing.CHECK_SERVING_DIGESTS, routing.EXPORT_CHAIN_HEADS,
+                     routing.SWEEP_WORK_FILES, routing.PRUNE_OUTBOX, routing.RESEAL_CIPHERTEXTS,
+                     routing.SEAL_AUDIT_CHAIN, routing.CHECK_CHAIN_HEADS}
     for entry in SCHEDULE.values():
         period = entry["schedule"].total_seconds()
         assert 0 < entry["options"]["expires"] <= period
@@ -91,8 +93,9 @@ def test_beat_runs_every_housekeeping_task_each_expiring_within_its_period() -> 
 
 
 def test_every_routed_task_name_is_registered_by_the_worker() -> None:
-    import workers.tasks  # noqa: F401 - registers the tasks
     from workers.celery_app import app
+
+    app.loader.import_default_modules()  # what a starting worker does: every `include` module
 
     for name in (*routing.STAGE_TASKS, *(e["task"] for e in SCHEDULE.values())):
         assert name in app.tasks, name

@@ -62,7 +62,9 @@ def test_the_embedded_broker_escalates_once_then_rejects_and_promotes_nothing(
             job = session.scalars(select(Job)).one()
             assert job.stage == "rejected" and job.escalated and job.verification_round == 1
             assert "verification failed after escalation" in (job.error or "")
-            assert job.hparams["epochs"] > 0
+            # The retry ran with what the policy's escalation changed, and says so.
+            assert job.hparams["steps"] > 0
+            assert any(note.startswith("steps ") for note in job.hparams["escalation"]), job.hparams
             model = session.scalars(select(Model)).one()
             serving = session.get_one(Checkpoint, model.serving_checkpoint_id)
             assert serving.version == 1 and serving.id == job.base_checkpoint_id

@@ -149,22 +149,23 @@ def test_a_failed_job_with_attempts_left_is_queued_again_after_a_backoff(
 
 
 def test_a_stage_is_taken_over_only_when_its_heartbeat_is_stale(engine: Any, tmp_path: Path) -> None:
-    from workers.runtime import job_take_over
+    from workers.runtime import StageRun, stage_take_over
 
     job_id = a_job(engine, a_model(engine, tmp_path))
     with session_scope(engine) as session:
-        job_claim(session, job_id=job_id, expected_stage="queued", next_stage="building_sets")
+        job_claim(session, job_id=job_id, expected_stage="queued", next_stage="building_sets",
+                  worker="worker@elsewhere:1")
     with session_scope(engine) as session:
-        assert not job_take_over(session, job_id=job_id, stage="building_sets", own_retry=False)
-        assert not job_take_over(session, job_id=job_id, stage="unlearning", own_retry=False)
+        assert not stage_take_over(session, run=StageRun(job_id), stage="building_sets")
+        assert not stage_take_over(session, run=StageRun(job_id), stage="unlearning")
     with session_scope(engine) as session:
         session.execute(update(Job).where(Job.id == job_id)
                         .values(heartbeat_at=utcnow() - timedelta(hours=1)))
     with session_scope(engine) as session:
-        assert job_take_over(session, job_id=job_id, stage="building_sets", own_retry=False)
+        assert stage_take_over(session, run=StageRun(job_id), stage="building_sets")
     with session_scope(engine) as session:
         # The winner's heartbeat is fresh again: a second copy loses.
-        assert not job_take_over(session, job_id=job_id, stage="building_sets", own_retry=False)
+        assert not stage_take_over(session, run=StageRun(job_id), stage="building_sets")
         assert session.get_one(Job, job_id).attempts == 1
 
 
@@ -322,7 +323,10 @@ def test_a_webhook_recipient_is_retried_until_it_accepts_and_every_attempt_is_re
 
 
 def test_a_job_whose_base_stopped_serving_is_rebased_not_promoted(engine: Any, tmp_path: Path) -> None:
-    from workers.certify import certify_and_promote
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from deletion.domain.services.certification import job_certify_and_promote
+    from deletion.domain.signing import Signer
 
     model = a_model(engine, tmp_path)
     job_id = a_job(engine, model)
@@ -335,7 +339,8 @@ def test_a_job_whose_base_stopped_serving_is_rebased_not_promoted(engine: Any, t
     with session_scope(engine) as session:
         for current, nxt in (("queued", "building_sets"), ("building_sets", "unlearning"),
                              ("unlearning", "verifying"), ("verifying", "certifying")):
-            assert job_claim(session, job_id=job_id, expected_stage=current, next_stage=nxt)
+            claim = job_claim(session, job_id=job_id, expected_stage=current, next_stage=nxt)
+            assert claim
         job = session.get_one(Job, job_id)
         candidate = registry.checkpoint_register(session, actor="test", model_name=model,
                                                  directory=str(candidate_dir), job_id=job_id)
@@ -346,8 +351,10 @@ def test_a_job_whose_base_stopped_serving_is_rebased_not_promoted(engine: Any, t
         job.sets = {"forget": 1}
 
     with session_scope(engine) as session:
-        job = session.get_one(Job, job_id)
-        assert certify_and_promote(session, job=job, report={"passed": True}) is False
+        outcome = job_certify_and_promote(
+            session, job_id=job_id, claim=claim, versions={},
+            signer=Signer.from_private_key(Ed25519PrivateKey.generate()), actor="test")
+        assert outcome.rebased
 
     with session_scope(engine) as session:
         job = session.get_one(Job, job_id)

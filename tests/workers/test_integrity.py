@@ -305,3 +305,41 @@ def test_the_beat_tasks_run_both_checks_with_the_worker_settings(
         broken = sum(registry.checkpoint_digest(c.directory) != c.digest
                      if Path(c.directory).is_dir() else 1 for c in serving.scalars())
     assert mismatched == broken
+
+
+def test_beat_seals_the_audit_chain_and_checks_the_exported_heads(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from deletion.domain.config import load
+    from deletion.domain.models import AuditSeal
+    from workers import integrity_tasks, runtime
+    from workers.celery_app import app
+
+    entries = {e["task"]: e for e in beat.SCHEDULE.values()}
+    for task, period in ((routing.SEAL_AUDIT_CHAIN, 300.0), (routing.CHECK_CHAIN_HEADS, 3600.0)):
+        assert entries[task]["schedule"].total_seconds() == period
+        assert entries[task]["options"] == {"expires": period, "queue": routing.DEFAULT_QUEUE}
+        assert task in app.tasks  # registered with the app the worker runs
+
+    cfg = load({"VAR_DIR": str(tmp_path)})
+    monkeypatch.setattr(runtime, "config", lambda: cfg)
+    runtime.use_database(engine.url.render_as_string(hide_password=False))
+    try:
+        with session_scope(engine) as session:
+            audit_append(session, actor="system:test", action="test.sealed", object_type="t",
+                         object_ref="1")
+            head = session.get(ChainHead, AUDIT_CHAIN).seq
+        assert integrity_tasks.check_chain_heads.run() == 0  # nothing exported yet
+        assert integrity_tasks.seal_audit_chain.run() == head
+        from workers import tasks
+
+        tasks.export_chain_heads.run()
+        assert integrity_tasks.check_chain_heads.run() == 0
+        with session_scope(engine) as session:
+            sealed = session.execute(select(AuditSeal).order_by(AuditSeal.id.desc())).scalars().first()
+            session.execute(text("SET LOCAL session_replication_role = replica"))
+            session.execute(delete(AuditSeal).where(AuditSeal.id == sealed.id))
+        assert integrity_tasks.check_chain_heads.run() == 1  # the exported seal is gone
+    finally:
+        runtime.use_database(None)
+    assert (tmp_path / "keys" / "audit-seal.key").is_file()  # the sealer made its own key
