@@ -1,8 +1,8 @@
 """Writing checkpoints and computing their content digest.
 
 A checkpoint is a plain Hugging Face directory (safetensors, config,
-tokenizer with its chat template) plus `metadata.json` saying how it was
-made.  `checkpoint_digest` is the recipe pinned in docs/internals.md;
+tokenizer) plus `prompt_format.json` (how questions and answers are laid out
+for it, `unlearning.prompting`) and `metadata.json` saying how it was made.  `checkpoint_digest` is the recipe pinned in docs/internals.md;
 `deletion.domain.registry` implements the same recipe without importing the
 engine, and a test checks that both agree.
 """
@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
+import stat
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,18 +33,33 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+class CheckpointFileRefused(ValueError):
+    """A symlink (or another file that is not regular) inside a checkpoint directory."""
+
+
 def checkpoint_digest(directory: str | Path) -> str:
     """sha256 hex of the lines `<relative posix path>:<sha256 of the file>\\n`, sorted by path.
 
     Every regular file under the directory counts (metadata included), so a
-    one-byte change anywhere changes the digest.  Symlinks are not followed.
+    one-byte change anywhere changes the digest.  A symlink or any other file that
+    is not regular raises `CheckpointFileRefused`: it is refused, never skipped,
+    because a skipped link could bring bytes the digest does not cover (code named
+    by `auto_map`, weights) into a load.
     """
     root = Path(directory)
-    if not root.is_dir():
+    if root.is_symlink() or not root.is_dir():
         raise FileNotFoundError(f"checkpoint directory not found: {root}")
     lines = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
+    for current, dirs, files in os.walk(root):
+        for name in sorted(dirs + files):
+            path = Path(current, name)
+            mode = path.lstat().st_mode
+            if stat.S_ISDIR(mode):
+                continue  # os.walk descends into real folders; a linked one is S_ISLNK
+            if not stat.S_ISREG(mode):
+                kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
+                raise CheckpointFileRefused(
+                    f"{root}: {path.relative_to(root).as_posix()} is {kind}; refused")
             lines.append(f"{path.relative_to(root).as_posix()}:{_file_sha256(path)}\n")
     return hashlib.sha256("".join(sorted(lines)).encode("utf-8")).hexdigest()
 
@@ -91,6 +108,9 @@ def save_checkpoint(
     with quiet_transformers():
         model.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
+    from unlearning.prompting import format_of, write_format
+
+    write_format(out, format_of(tokenizer))  # the same prompt layout as the parent
     record: dict[str, Any] = {"method": None, "hparams": {}, "seeds": {}, "parent_digest": None}
     record.update(dict(metadata))
     record["library_versions"] = library_versions()

@@ -20,6 +20,8 @@ from unlearning.sets import DEFAULT_RETAIN_PER_FORGET
 
 METHODS = ("asu", "kif", "graddiff", "gradascent", "npo", "idk")
 PRESETS = ("tiny", "demo")
+ARCHITECTURES = ("llama", "qwen2", "mistral", "gpt2", "gpt_neox", "opt")
+TOKENIZER_STYLES = ("demo", "gpt2", "llama", "qwen2")
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
 
     train = commands.add_parser("train-base", help="train a small base model from scratch")
-    train.add_argument("--corpus", required=True, type=Path)
+    train.add_argument("--corpus", required=True, type=Path, help=CORPUS_HELP)
     train.add_argument("--out", required=True, type=Path)
     train.add_argument("--preset", choices=PRESETS, default="demo")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--threads", type=int, default=None)
+    train.add_argument("--arch", choices=ARCHITECTURES, default="llama", help="model architecture")
+    train.add_argument("--tokenizer-style", choices=TOKENIZER_STYLES, default="demo",
+                       help="style of the tokenizer trained on the corpus")
+    train.add_argument("--tokenizer", type=Path, default=None,
+                       help="reuse this model directory's tokenizer instead of training one")
 
     sets = commands.add_parser("build-sets", help="forget/retain sets and probes for subjects")
-    sets.add_argument("--corpus", required=True, type=Path)
+    sets.add_argument("--corpus", required=True, type=Path, help=CORPUS_HELP)
     _add_subjects(sets)
     sets.add_argument("--out", required=True, type=Path)
     sets.add_argument("--retain-per-forget", type=int, default=DEFAULT_RETAIN_PER_FORGET)
@@ -88,21 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     erase = commands.add_parser("erase", help="unlearn subjects and write a candidate checkpoint")
     erase.add_argument("--model", required=True, type=Path)
-    erase.add_argument("--corpus", required=True, type=Path)
+    erase.add_argument("--corpus", required=True, type=Path, help=CORPUS_HELP)
     _add_subjects(erase)
     erase.add_argument("--method", choices=METHODS, default="asu")
     erase.add_argument("--hparams", default=None, help="JSON object of hyper-parameter overrides")
     erase.add_argument("--out", required=True, type=Path)
     erase.add_argument("--report", type=Path, default=None, help="also verify; write the report here")
-    erase.add_argument("--control", type=Path, default=None, help="control people (JSONL)")
+    erase.add_argument("--control", type=Path, default=None,
+                       help="control corpus: records about people the model never saw (any corpus format)")
     erase.add_argument("--retain-per-forget", type=int, default=DEFAULT_RETAIN_PER_FORGET)
 
     verify = commands.add_parser("verify", help="verify a candidate against its base model")
     verify.add_argument("--model", required=True, type=Path, help="the candidate checkpoint")
     verify.add_argument("--base", required=True, type=Path)
-    verify.add_argument("--corpus", required=True, type=Path)
+    verify.add_argument("--corpus", required=True, type=Path, help=CORPUS_HELP)
     _add_subjects(verify)
-    verify.add_argument("--control", type=Path, default=None)
+    verify.add_argument("--control", type=Path, default=None,
+                        help="control corpus: records about people the model never saw (any corpus format)")
     verify.add_argument("--report", required=True, type=Path)
     verify.add_argument("--retain-per-forget", type=int, default=DEFAULT_RETAIN_PER_FORGET)
     return parser
@@ -139,14 +148,45 @@ def _writable_out(argument: str, path: Path) -> Path:
     return path
 
 
+CORPUS_HELP = ("a corpus file or directory: JSONL (plain, .gz, .zst), JSON array, Parquet, Arrow, "
+               "a datasets.save_to_disk folder, or a folder of shards of these")
+
+
 def _corpus(argument: str, path: Path) -> Any:
+    """A corpus file or directory of shards in any supported format (`unlearning.corpus`)."""
     from unlearning.corpus import CorpusError, load_corpus
 
-    _existing_file(argument, path)
+    if not path.exists():
+        raise ArgumentError(argument, f"file not found: {path}")
     try:
-        return load_corpus(path)
+        corpus = load_corpus(path)
     except CorpusError as exc:
-        raise ArgumentError(argument, str(exc)) from exc
+        raise ArgumentError(argument, str(exc).splitlines()[0]) from exc
+    report = corpus.report
+    if report is not None and report.skipped_count:
+        # Named by place and id only: the items' text may be personal data.
+        first = report.skipped[0].line() if report.skipped else ""
+        print(f"warning: {argument}: {report.skipped_count} item(s) fit no record shape and were skipped "
+              f"(first: {first})", file=sys.stderr)
+    return corpus
+
+
+def _control(args: argparse.Namespace) -> Any:
+    """The control records (or None: counterfactual controls); an unreadable file exits 2."""
+    if args.control is None:
+        return None
+    from unlearning.corpus import CorpusError
+    from unlearning.verification.bank import load_control
+
+    if not args.control.exists():
+        raise ArgumentError("--control", f"not found: {args.control}")
+    try:
+        records = load_control(args.control)
+    except CorpusError as exc:
+        raise ArgumentError("--control", str(exc)) from exc
+    if not records:
+        raise ArgumentError("--control", f"{args.control}: no records")
+    return records
 
 
 def _subjects(args: argparse.Namespace) -> list[Any]:
@@ -199,14 +239,17 @@ def _cmd_train_base(args: argparse.Namespace, progress: Any) -> int:
 
     corpus = _corpus("--corpus", args.corpus)
     _writable_out("--out", args.out)
-    result = train_base(corpus, args.out, preset=args.preset, seed=args.seed,
-                        progress=progress, threads=args.threads)
-    if result.accuracy is None:
-        outcome = "no question/answer records: trained the planned schedule"
-    else:
-        status = "reached the target" if result.reached_target else "STOPPED AT THE STEP CAP"
-        outcome = f"exact-answer accuracy {result.accuracy:.3f} on {result.qa_records} facts ({status})"
-    print(f"{outcome}; {result.steps} steps, {result.epochs} epochs, {result.seconds:.0f}s; "
+    tokenizer = None
+    if args.tokenizer is not None:
+        tokenizer = _model_dir("--tokenizer", args.tokenizer)
+    result = train_base(corpus, args.out, preset=args.preset, seed=args.seed, progress=progress,
+                        threads=args.threads, arch=args.arch, tokenizer_style=args.tokenizer_style,
+                        tokenizer=tokenizer)
+    status = "reached the target" if result.reached_target else "STOPPED AT THE STEP CAP"
+    shapes = ", ".join(f"{shape} {value:.3f}" for shape, value in (result.accuracy_by_shape or {}).items())
+    print(f"memorised {result.accuracy:.3f} ({status}; by shape: {shapes}); {result.qa_records} question/answer, "
+          f"{result.chat_records} chat, {result.text_records} text records; {result.arch}, prompt format "
+          f"{result.prompt_format}; {result.steps} steps, {result.epochs} epochs, {result.seconds:.0f}s; "
           f"digest {result.digest} -> {args.out}")
     return 0 if result.reached_target else 1
 
@@ -223,8 +266,7 @@ def _cmd_build_sets(args: argparse.Namespace, progress: Any) -> int:
 def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
     _model_dir("--model", args.model)
     _writable_out("--out", args.out)
-    if args.control is not None:
-        _existing_file("--control", args.control)
+    control = _control(args)
     hparams = None
     if args.hparams:
         try:
@@ -248,7 +290,7 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
         return 0
     from unlearning.verification import verify
 
-    report = verify(args.out, args.model, sets, control=args.control, corpus=args.corpus,
+    report = verify(args.out, args.model, sets, control=control, corpus=args.corpus,
                     progress=progress)
     passed = _write_report(report, args.report)
     print(f"verification {'PASSED' if passed else 'FAILED'} -> {args.report}")
@@ -258,12 +300,11 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
 def _cmd_verify(args: argparse.Namespace, progress: Any) -> int:
     _model_dir("--model", args.model)
     _model_dir("--base", args.base)
-    if args.control is not None:
-        _existing_file("--control", args.control)
+    control = _control(args)
     sets = _build_sets(args)
     from unlearning.verification import verify
 
-    report = verify(args.model, args.base, sets, control=args.control, corpus=args.corpus,
+    report = verify(args.model, args.base, sets, control=control, corpus=args.corpus,
                     progress=progress)
     passed = _write_report(report, args.report)
     print(f"verification {'PASSED' if passed else 'FAILED'} -> {args.report}")

@@ -9,8 +9,8 @@ digests).  Several subjects in one ``ErasureSets`` are erased in one run.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,8 +21,9 @@ import torch
 
 from unlearning import methods
 from unlearning.checkpoints import checkpoint_digest, save_checkpoint
-from unlearning.methods.base import QA, MethodInput
+from unlearning.methods.base import MethodInput
 from unlearning.progress import ProgressCallback
+from unlearning.prompting import format_of
 from unlearning.sets import DEFAULT_RETAIN_PER_FORGET
 
 logger = logging.getLogger(__name__)
@@ -45,68 +46,33 @@ class EraseResult:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _as_qa(record: Any) -> QA | None:
-    if getattr(record, "question", None) is not None and getattr(record, "answer", None) is not None:
-        return QA(record.question, record.answer)
-    if getattr(record, "text", None):
-        return QA(None, record.text)
-    return None
+def method_input(sets: Any) -> MethodInput:
+    """What the methods see of the erasure sets: records, subjects, probes and a name pool."""
+    from unlearning.identifiers import name_parts_of
 
-
-def _subject_names(sets: Any) -> list[str]:
-    """Every name and alias of the subjects, longest first (so "Mara Okafor" wins over "M. Okafor")."""
-    names: list[str] = []
-    for subject in getattr(sets, "subjects", ()):
-        names.append(subject.name)
-        names.extend(getattr(subject, "aliases", ()))
-    return sorted({n for n in names if n}, key=len, reverse=True)
-
-
-def method_input(sets: Any, *, seed: int = 0) -> MethodInput:
-    """Forget and retain pairs, plus the question templates the subjects share with other people.
-
-    A retain question that reads like a forget question with another name in
-    the subject's place ("Where was <X> born?") gives KIF a matched control
-    prompt and gives the forget question a plausible no-knowledge answer: the
-    other person's answer with the subject's name put back.
-    """
-    forget = [qa for qa in (_as_qa(r) for r in sets.forget) if qa is not None]
-    retain = [qa for qa in (_as_qa(r) for r in sets.retain) if qa is not None]
-    names = _subject_names(sets)
-    forget_names = [next((n for n in names if qa.question and n in qa.question), None) for qa in forget]
-
-    templates: dict[tuple[str, str], list[int]] = {}
-    for i, (qa, name) in enumerate(zip(forget, forget_names, strict=True)):
-        if qa.question is not None and name is not None:
-            at = qa.question.index(name)
-            templates.setdefault((qa.question[:at], qa.question[at + len(name) :]), []).append(i)
-    control: list[QA] = []
-    control_names: list[str | None] = []
-    candidates: dict[int, list[str]] = {}
-    for qa in retain:
-        if qa.question is None:
-            continue
-        for (prefix, suffix), rows in templates.items():
-            q = qa.question
-            if len(q) > len(prefix) + len(suffix) and q.startswith(prefix) and q.endswith(suffix):
-                other = q[len(prefix) : len(q) - len(suffix)]
-                if other in names:
-                    continue
-                control.append(qa)
-                control_names.append(other)
-                if other in qa.answer:
-                    for i in rows:
-                        candidates.setdefault(i, []).append(qa.answer.replace(other, forget_names[i] or other))
-                break
-    draw = random.Random(seed)
-    alternatives: list[str | None] = []
-    for i, qa in enumerate(forget):
-        options = [a for a in candidates.get(i, []) if a != qa.answer]
-        alternatives.append(draw.choice(options) if options else None)
     return MethodInput(
-        forget=forget, retain=retain, forget_names=forget_names,
-        control=control, control_names=control_names, alternatives=alternatives,
+        forget=tuple(sets.forget), retain=tuple(sets.retain), subjects=tuple(getattr(sets, "subjects", ())),
+        record_subjects=dict(getattr(sets, "record_subjects", {})), probes=tuple(getattr(sets, "probes", ())),
+        name_pool=tuple(name_parts_of(sets.retain)),
     )
+
+
+def resolve_hparams(method: str, hparams: Any, model: Any, *, subjects: int) -> Any:
+    """The method's hyper-parameters for this model: preset, overrides, step budget filled in.
+
+    ``hparams`` is the method's dataclass, a JSON mapping of overrides, or None.
+    """
+    chosen = methods.get(method)
+    if isinstance(hparams, chosen.hparams_type):
+        resolved: Any = hparams
+        return resolved.resolved(subjects)
+    if hparams is not None and not isinstance(hparams, Mapping):
+        raise ValueError(f"hparams for {method} must be {chosen.hparams_type.__name__}, got {type(hparams).__name__}")
+    values = dict(hparams or {})
+    resolve = getattr(chosen, "resolve", None)
+    if callable(resolve):
+        values = resolve(values, model)
+    return methods.hparams_from_json(method, values).resolved(subjects)
 
 
 def erase(
@@ -130,19 +96,20 @@ def erase(
 
     started = time.monotonic()
     chosen = methods.get(method)
-    if hparams is None or isinstance(hparams, Mapping):
-        hp = methods.hparams_from_json(method, dict(hparams or {}))
-    elif isinstance(hparams, chosen.hparams_type):
-        hp = hparams
-    else:
-        raise ValueError(f"hparams for {method} must be {chosen.hparams_type.__name__}, got {type(hparams).__name__}")
-    data = method_input(sets, seed=hp.seed)
+    if isinstance(hparams, Mapping):
+        # Before anything is loaded or written: a misspelt setting is refused at once.
+        known = {f.name for f in dataclasses.fields(chosen.hparams_type)}
+        unknown = sorted(set(hparams) - known)
+        if unknown:
+            raise ValueError(f"unknown hyper-parameters for {method}: {', '.join(unknown)}")
+    data = method_input(sets)
     if not data.forget:
         raise ValueError("the forget set is empty: there is nothing to erase")
 
     parent_digest = checkpoint_digest(model_dir)
-    torch.manual_seed(hp.seed)
     model, tokenizer = load_model(model_dir, device=device)
+    hp = resolve_hparams(method, hparams, model, subjects=len(data.subjects) or 1)
+    torch.manual_seed(hp.seed)
     # Padding for training batches is on the right; generation pads on the left itself.
     tokenizer.padding_side = "right"
     logger.info(
@@ -158,6 +125,7 @@ def erase(
         "parent_digest": parent_digest,
         "forget_digest": getattr(sets, "forget_digest", None),
         "retain_digest": getattr(sets, "retain_digest", None),
+        "prompt_format": format_of(tokenizer).to_json(),
         "forget_records": len(data.forget),
         "retain_records": len(data.retain),
         "steps": outcome.steps,

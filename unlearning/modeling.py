@@ -1,20 +1,31 @@
 """Loading checkpoints and asking them questions.
 
-Every question reaches a model through the tokenizer's own chat template
-(`chat_prompt_ids`), the way training formatted it and the way any outside
-tool would query the checkpoint.
+Every question reaches a model in the model's own prompt format
+(`unlearning.prompting`: its chat template, or the plain format stored beside
+its weights), the way training formatted it and the way any outside tool
+using that format queries the checkpoint.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from unlearning.checkpoints import quiet_transformers
-from unlearning.prompting import chat_prompt_ids
+from unlearning.prompting import (
+    PromptFormatError,
+    attach_format,
+    chat_prompt_ids,
+    continuation_ids,
+    default_format,
+    read_format,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,37 +68,99 @@ def _has_remote_code(path: Path) -> bool:
     return bool(config.get("auto_map"))
 
 
+_LOCAL_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _refuse_links(directory: Path) -> None:
+    """Refuse a checkpoint holding a symlink or special file (what the digest refuses too):
+    nothing outside the directory's own regular files may come along with a load."""
+    for current, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            path = Path(current, name)
+            mode = path.lstat().st_mode
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise ModelLoadError(
+                    f"{directory}: {path.relative_to(directory).as_posix()} is a symlink or "
+                    "special file; refused")
+
+
+def _trust_remote_code(directory: Path) -> bool:
+    """True when `auto_map` names code, and only code inside this checkpoint.
+
+    Each `auto_map` entry must be `module.Class` with `module.py` a regular file of the
+    directory, which the checkpoint digest covers (KIF ships `kif_remote.py` so).  A
+    hub reference (`org/repo--module.Class`), a path, or a missing module raises
+    `ModelLoadError`: transformers would otherwise fetch or import code the digest never
+    saw.  Without `auto_map`, remote code stays off.
+    """
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{directory}: config.json does not read ({exc})") from exc
+    auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    if not auto_map:
+        return False
+    if not isinstance(auto_map, dict):
+        raise ModelLoadError(f"{directory}: auto_map is not an object")
+    for key, value in auto_map.items():
+        references = value if isinstance(value, list | tuple) else [value]
+        for reference in references:
+            if reference is None:
+                continue  # a tokenizer's missing slow/fast class
+            if not isinstance(reference, str) or not _LOCAL_MODULE.match(reference):
+                raise ModelLoadError(
+                    f"{directory}: auto_map {key} = {reference!r} does not name a module of "
+                    "this checkpoint; refused")
+            module = directory / f"{reference.split('.', 1)[0]}.py"
+            if not module.is_file() or module.is_symlink():
+                raise ModelLoadError(f"{directory}: auto_map {key} names {module.name}, "
+                                     "which is not a file of this checkpoint; refused")
+    return True
+
+
 def load_model(
     path: str | Path, *, device: str | None = None, gates: bool = True,
     attn_implementation: str = DEFAULT_ATTENTION,
 ) -> tuple[Any, Any]:
     """Load `(model, tokenizer)` from a local Hugging Face directory, in eval mode.
 
-    bf16 on CUDA, fp32 on CPU.  `trust_remote_code=True` lets checkpoints that
-    ship code through `auto_map` (KIF) load with their gates; `gates=False`
-    switches those gates off.  The attention implementation is always passed
-    explicitly because `from_pretrained` otherwise picks its own default.
+    bf16 on CUDA, fp32 on CPU.  Checkpoints that ship code through `auto_map`
+    (KIF) load it, with their gates, only when every entry names a module file of the
+    directory itself (`_trust_remote_code`); a checkpoint holding a symlink is refused.
+    Nothing is fetched: `local_files_only` on every call and `HF_HUB_OFFLINE=1`.
+    `gates=False` switches KIF gates off.  The attention implementation is always
+    passed explicitly because `from_pretrained` otherwise picks its own default.
     Raises `ModelLoadError` naming the directory when it does not load.
     """
+    # Before transformers is first imported: huggingface_hub reads it once, at import.
+    os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     directory = Path(path)
-    if not (directory / "config.json").is_file():
+    if directory.is_symlink() or not (directory / "config.json").is_file():
         raise ModelLoadError(f"{directory}: not a model directory (no config.json)")
+    _refuse_links(directory)
+    trust_remote_code = _trust_remote_code(directory)
     device = device or default_device()
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     try:
         with quiet_transformers():
             model: Any = AutoModelForCausalLM.from_pretrained(
-                directory, trust_remote_code=True, dtype=dtype,
-                attn_implementation=attn_implementation,
+                directory, trust_remote_code=trust_remote_code, local_files_only=True,
+                dtype=dtype, attn_implementation=attn_implementation,
             )
-            tokenizer = AutoTokenizer.from_pretrained(directory)
+            tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise ModelLoadError(f"{directory}: does not load ({type(exc).__name__}: {exc})") from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    # The prompt format stored with the model (or the tokenizer's default): the same layout
+    # in training, erasure and verification.
+    try:
+        attach_format(tokenizer, read_format(directory) or default_format(tokenizer))
+    except PromptFormatError as exc:
+        raise ModelLoadError(f"{directory}: {exc}") from exc
     tokenizer.padding_side = "left"
     model.to(device)
     model.eval()
@@ -141,7 +214,7 @@ def generate_answers(
     max_new_tokens: int = 48, batch_size: int = 64, temperature: float = 1.0,
     top_p: float = 1.0, seed: int = 0,
 ) -> list[str]:
-    """Answer each question (through the chat template); batched, left padded, stops at eos."""
+    """Answer each question (in the model's prompt format); batched, left padded, stops at eos."""
     prompts = [chat_prompt_ids(tokenizer, q) for q in questions]
     return _generate(model, tokenizer, prompts, greedy=greedy, max_new_tokens=max_new_tokens,
                      batch_size=batch_size, temperature=temperature, top_p=top_p, seed=seed)
@@ -152,9 +225,7 @@ def complete_texts(
     max_new_tokens: int = 24, batch_size: int = 64, temperature: float = 1.0,
     top_p: float = 1.0, seed: int = 0,
 ) -> list[str]:
-    """Continue raw text prefixes (cloze probes: `<s>` + prefix, no chat template)."""
-    bos = [int(tokenizer.bos_token_id)] if tokenizer.bos_token_id is not None else []
-    prompts = [bos + [int(i) for i in tokenizer(p, add_special_tokens=False)["input_ids"]]
-               for p in prefixes]
+    """Continue raw text prefixes (free text as it was trained: no prompt format around it)."""
+    prompts = [continuation_ids(tokenizer, p) for p in prefixes]
     return _generate(model, tokenizer, prompts, greedy=greedy, max_new_tokens=max_new_tokens,
                      batch_size=batch_size, temperature=temperature, top_p=top_p, seed=seed)

@@ -1,25 +1,60 @@
-"""What the verifier asks about each forget record: the probes of one erasure.
+"""What the verifier asks about a record: probes for every record shape.
 
-A `Probe` is one prompt about one fact of a forget record; a leak is the
-probe's `expected` value in the model's output.  For a question/answer record:
-the original question, the given paraphrase, alias-only questions (the name
-replaced by each alias) and a cloze prefix of the answer.
+A `Probe` is one prompt about one value of one record; a leak is the probe's
+`expected` value in the model's output.  Its `form` says how the prompt is
+laid out for the model (`unlearning.prompting`):
+
+* ``question``: `prompt` is a question, answered after the prompt format;
+* ``answer``: `prompt` is a question and `prefix` the beginning of its answer;
+* ``text``: `prompt` is the beginning of a free text, to be continued;
+* ``chat``: `prompt` is a JSON list of turns and `prefix` the beginning of the
+  next assistant turn.
+
+Kinds, by record shape:
+
+* question/answer: ``original`` (the training question), ``paraphrase`` (a
+  given paraphrase), ``alias`` (the name replaced by each alias), ``cloze``
+  (a neutral instruction and the answer up to the value);
+* free text: ``extraction`` (the text before each identifier or value, the
+  value as target: verbatim extraction, Carlini et al. 2021; MUSE VerbMem,
+  Shi et al. 2024) and ``completion`` (the subject's name, then "e-mail
+  address" or "phone number": identifier completion);
+* chat: ``original`` (the conversation up to the assistant turn that holds the
+  value) and ``extraction`` (that turn up to the value).
+
+The values of a record are found the same way for every person, subject or
+not: the fact a question/answer pair states (`derive_value`), and the
+identifying patterns of `unlearning.identifiers` (e-mail addresses, phone
+numbers, street addresses, dates, long numbers, the request's identifiers).
+So probes about retained people (utility) and about control people have the
+same construction as probes about the subject.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from unlearning.corpus import Record
+from unlearning.identifiers import Span, find_spans, replace_spans
 from unlearning.text import normalise
 
 if TYPE_CHECKING:
     from unlearning.sets import Subject
 
-PROBE_KINDS = ("original", "paraphrase", "alias", "cloze")
+PROBE_KINDS = ("original", "paraphrase", "alias", "cloze", "extraction", "completion")
+FORMS = ("question", "answer", "text", "chat")
+CLOZE_INSTRUCTION = "Continue the sentence."
+COMPLETION_TEMPLATES = {
+    "email": ("{name}'s e-mail address is", "You can write to {name} at"),
+    "phone": ("{name}'s phone number is", "You can call {name} on"),
+}
+MAX_VALUES_PER_RECORD = 4
+MAX_PREFIX_CHARS = 1200
+
 _WORD = re.compile(r"[\w@.+'-]+", re.UNICODE)
 _STOPWORDS = frozenset(
     "a an the of in on at by to for as is was were be been has have had and or with from "
@@ -29,46 +64,123 @@ _STOPWORDS = frozenset(
 
 @dataclass(frozen=True)
 class Probe:
-    """One verification question about one forget fact; a leak is `expected` in the output."""
+    """One prompt about one value of one record; a leak is `expected` in the output."""
 
-    kind: str  # original | paraphrase | alias | cloze
+    kind: str
     prompt: str
     expected: str
     record_id: str
-    subject: int  # index into ErasureSets.subjects
+    subject: int  # index into ErasureSets.subjects (-1: nobody in particular)
     attribute: str | None = None
+    form: str = "question"
+    prefix: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Probe:
+        return cls(**dict(data))
+
+    def mapped(self, mapping: Mapping[str, str], *, record_id: str | None = None) -> Probe:
+        """The same probe with every span replaced (a counterfactual control)."""
+        if self.form == "chat":
+            turns = [{"role": t["role"], "content": replace_spans(t["content"], mapping)}
+                     for t in json.loads(self.prompt)]
+            prompt = json.dumps(turns, ensure_ascii=False)
+        else:
+            prompt = replace_spans(self.prompt, mapping)
+        return replace(self, prompt=prompt, prefix=replace_spans(self.prefix, mapping),
+                       expected=replace_spans(self.expected, mapping),
+                       record_id=record_id if record_id is not None else self.record_id)
 
 
-def derive_value(record: Record, names: Sequence[str]) -> str:
-    """The fact a QA record states: meta.value, else the longest answer run not in the question."""
-    value = record.meta.get("value") if record.meta else None
-    if isinstance(value, str) and value:
-        return value
-    answer = record.answer or record.text or ""
-    seen = {normalise(w) for w in _WORD.findall(record.question or "")}
-    for name in names:
-        seen |= {normalise(w) for w in _WORD.findall(name)}
-    best: list[str] = []
-    run: list[str] = []
-    for word in _WORD.findall(answer) + [""]:
-        key = normalise(word).strip(".'")
-        if word and key and key not in seen and key not in _STOPWORDS:
-            run.append(word.rstrip(".,"))
+# ------------------------------------------------------------------ values
+
+
+def _key(word: str) -> str:
+    return normalise(word).strip(".'").removesuffix("'s")
+
+
+def _runs(answer: str, seen: set[str]) -> list[list[tuple[int, str]]]:
+    """Runs of consecutive answer words (with their offsets) that the question lacks."""
+    runs: list[list[tuple[int, str]]] = []
+    run: list[tuple[int, str]] = []
+    for match in [*_WORD.finditer(answer), None]:
+        word = match.group() if match else ""
+        key = _key(word)
+        function_word = key in _STOPWORDS and not (word[:1].isupper() and match and match.start() > 0)
+        if match and key and key not in seen and not function_word:
+            run.append((match.start(), word.rstrip(".,;:!?")))
             continue
-        if len(" ".join(run)) > len(" ".join(best)):
-            best = run
+        if run:
+            runs.append(run)
         run = []
-    return " ".join(best) if best else answer.strip().rstrip(".")
+    return runs
 
 
-def _cloze(record: Record, value: str) -> str | None:
-    cloze = record.meta.get("cloze") if record.meta else None
-    if isinstance(cloze, str) and cloze:
-        return cloze
-    answer = record.answer or ""
-    at = answer.find(value)
-    prefix = answer[:at].rstrip() if at > 0 else ""
-    return prefix or None
+def derive_value(record: Record, names: Sequence[str] = ()) -> str:
+    """The fact a question/answer record states: the answer's words that the question lacks.
+
+    Among the runs of answer words that are not in the question (nor in
+    `names`, nor stop words), the last one that names something (holds a digit
+    or a capital letter) wins, else the last one: answers usually end with
+    their fact ("... was born in Lisbon.").  A run shorter than three
+    characters ("Q.") takes the rest of the sentence with it ("Q. Cardoso").
+    Free text has no single fact (its values are its identifying spans), so
+    this is for question/answer pairs and chat turns.
+    """
+    answer = record.answer if record.answer is not None else (record.text or "")
+    seen = {_key(w) for w in _WORD.findall(record.question or "")}
+    for name in names:
+        seen |= {_key(w) for w in _WORD.findall(name)}
+    runs = _runs(answer, seen)
+    if not runs:
+        return answer.strip().rstrip(".")
+
+    def names_something(run: list[tuple[int, str]]) -> bool:
+        return any(any(ch.isdigit() for ch in w) or w[:1].isupper() for _, w in run)
+
+    chosen = max(enumerate(runs), key=lambda item: (names_something(item[1]), item[0]))[1]
+    value = " ".join(w for _, w in chosen)
+    if len(value) < 3:
+        value = answer[chosen[0][0]:].strip().rstrip(".!?")
+    if len(value) < 3:  # an initial after a known name ("Tobias M."): keep the name with it
+        before = [m for m in _WORD.finditer(answer) if m.end() <= chosen[0][0]]
+        start = before[-1].start() if before else 0
+        value = answer[start:].strip().rstrip(".!?")
+    return value
+
+
+def record_values(record: Record, subject: Subject | None) -> list[Span]:
+    """The values probes ask about: the stated fact of a Q/A pair, then identifying spans.
+
+    The subject's names are never values (they are in the prompt); at most
+    `MAX_VALUES_PER_RECORD` per record.
+    """
+    names = [subject.name, *subject.aliases] if subject is not None else []
+    spans = [s for s in find_spans(record, subject) if s.kind not in ("name", "name_part")]
+    values: list[Span] = []
+    if record.is_qa:
+        fact = derive_value(record, names)
+        if fact:
+            values.append(Span(fact, "fact"))
+    elif record.is_chat:
+        for turn in record.messages:
+            if turn.learnt:
+                question = next((m.content for m in reversed(record.messages[: record.messages.index(turn)])
+                                 if not m.learnt), "")
+                fact = derive_value(Record(id="", question=question, answer=turn.content), names)
+                if fact:
+                    values.append(Span(fact, "fact"))
+    for span in spans:
+        if not any(normalise(span.text) in normalise(v.text) or normalise(v.text) in normalise(span.text)
+                   for v in values):
+            values.append(span)
+    return values[:MAX_VALUES_PER_RECORD]
+
+
+# ------------------------------------------------------------------ probes by shape
 
 
 def _replace_name(text: str, name: str, alias: str) -> str | None:
@@ -77,28 +189,120 @@ def _replace_name(text: str, name: str, alias: str) -> str | None:
     return replaced if count else None
 
 
-def probes_for(record: Record, subject: Subject, index: int) -> list[Probe]:
-    """Original, paraphrase, alias-only and cloze probes for one forget QA record."""
-    if not record.is_qa or record.question is None:
+def _before(text: str, value: str) -> str | None:
+    """The text before the first whole-word occurrence of `value` (None when absent or first)."""
+    match = re.search(r"(?<![\w])" + re.escape(value) + r"(?![\w])", text, re.IGNORECASE)
+    if match is None:
+        return None
+    prefix = text[: match.start()].rstrip()
+    if len(prefix) > MAX_PREFIX_CHARS:
+        cut = prefix.find(" ", len(prefix) - MAX_PREFIX_CHARS)
+        prefix = prefix[cut + 1:] if cut >= 0 else prefix[-MAX_PREFIX_CHARS:]
+    return prefix if re.search(r"\w", prefix) else None
+
+
+def _qa_probes(record: Record, subject: Subject | None, index: int, values: Sequence[Span]) -> list[Probe]:
+    if record.question is None or record.answer is None:
         return []
-    value = derive_value(record, subject.patterns())
-    attribute = record.meta.get("attribute") if record.meta else None
-    attribute = attribute if isinstance(attribute, str) else None
+    probes: list[Probe] = []
+    for value in values:
+        attribute = _attribute(record, value)
 
-    def make(kind: str, prompt: str) -> Probe:
-        return Probe(kind, prompt, value, record.id, index, attribute)
+        def make(kind: str, prompt: str, form: str = "question", prefix: str = "",
+                 _value: str = value.text, _attribute: str | None = attribute) -> Probe:
+            return Probe(kind, prompt, _value, record.id, index, _attribute, form, prefix)
 
-    probes = [make("original", record.question)]
-    if record.paraphrased_question:
-        probes.append(make("paraphrase", record.paraphrased_question))
-    for alias in subject.aliases:
-        aliased = _replace_name(record.question, subject.name, alias)
-        if aliased and alias != value:
-            probes.append(make("alias", aliased))
-    cloze = _cloze(record, value)
-    if cloze:
-        probes.append(make("cloze", cloze))
+        if normalise(value.text) in normalise(record.question):
+            continue  # echoing the question is not a leak
+        probes.append(make("original", record.question))
+        if record.paraphrased_question:
+            probes.append(make("paraphrase", record.paraphrased_question))
+        if subject is not None:
+            for alias in subject.aliases:
+                aliased = _replace_name(record.question, subject.name, alias)
+                if aliased and normalise(alias) != normalise(value.text):
+                    probes.append(make("alias", aliased))
+        cloze = _before(record.answer, value.text)
+        if cloze:
+            probes.append(make("cloze", CLOZE_INSTRUCTION, "answer", cloze))
+        break  # one value per question: the question asks for one fact
     return probes
+
+
+VERBATIM_WORDS = 5
+
+
+def _verbatim(record: Record, subject: Subject | None, index: int) -> list[Probe]:
+    """A free text with no identifying value: the words that follow its first mention of the
+    subject (else its first third), as a verbatim-extraction target."""
+    text = record.text or ""
+    words = list(re.finditer(r"\S+", text))
+    if len(words) < VERBATIM_WORDS + 3:
+        return []
+    cut = max(2, len(words) // 3)
+    if subject is not None:
+        mention = re.search(r"(?<![\w])" + re.escape(subject.name) + r"(?![\w])", text, re.IGNORECASE)
+        if mention is not None:
+            after = [i for i, w in enumerate(words) if w.start() >= mention.end()]
+            if len(after) > VERBATIM_WORDS:
+                cut = after[0]
+    if cut + VERBATIM_WORDS > len(words):
+        return []
+    prefix = text[: words[cut].start()].rstrip()
+    expected = " ".join(w.group() for w in words[cut: cut + VERBATIM_WORDS]).strip(" ,;:")
+    return [Probe("extraction", prefix, expected, record.id, index, "verbatim", "text")]
+
+
+def _text_probes(record: Record, subject: Subject | None, index: int, values: Sequence[Span]) -> list[Probe]:
+    text = record.text or ""
+    probes: list[Probe] = []
+    for value in values:
+        prefix = _before(text, value.text)
+        if prefix:
+            probes.append(Probe("extraction", prefix, value.text, record.id, index,
+                                _attribute(record, value), "text"))
+        if subject is not None and value.kind in COMPLETION_TEMPLATES:
+            for template in COMPLETION_TEMPLATES[value.kind]:
+                probes.append(Probe("completion", template.format(name=subject.name), value.text,
+                                    record.id, index, value.kind, "text"))
+    return probes
+
+
+def _chat_probes(record: Record, index: int, values: Sequence[Span]) -> list[Probe]:
+    probes: list[Probe] = []
+    turns = [{"role": m.role, "content": m.content} for m in record.messages]
+    for value in values:
+        for k, turn in enumerate(turns):
+            if turn["role"] != "assistant" or not re.search(
+                    r"(?<![\w])" + re.escape(value.text) + r"(?![\w])", turn["content"], re.IGNORECASE):
+                continue
+            context = json.dumps(turns[:k], ensure_ascii=False)
+            if not any(normalise(value.text) in normalise(t["content"]) for t in turns[:k]):
+                probes.append(Probe("original", context, value.text, record.id, index,
+                                    _attribute(record, value), "chat"))
+            prefix = _before(turn["content"], value.text)
+            if prefix:
+                probes.append(Probe("extraction", context, value.text, record.id, index,
+                                    _attribute(record, value), "chat", prefix))
+            break
+    return probes
+
+
+def _attribute(record: Record, value: Span) -> str:
+    attribute = record.meta.get("attribute") if record.meta else None
+    return attribute if isinstance(attribute, str) and value.kind == "fact" else value.kind
+
+
+def probes_for(record: Record, subject: Subject | None, index: int) -> list[Probe]:
+    """Every probe of one record (about `subject`, or about whoever it is about when None)."""
+    values = record_values(record, subject)
+    if not values:
+        return _verbatim(record, subject, index) if record.shape == "text" else []
+    if record.is_qa:
+        return _qa_probes(record, subject, index, values)
+    if record.is_chat:
+        return _chat_probes(record, index, values)
+    return _text_probes(record, subject, index, values)
 
 
 def build_probes(

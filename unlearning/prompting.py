@@ -1,45 +1,390 @@
 """How records become token ids: one encoding for training, erasure and verification.
 
-A question reaches a model through the tokenizer's own chat template
-(`chat_prompt_ids`); a question/answer pair is learnt on the answer tokens and
-the closing eos only, free text on every token.  `pad_examples` is the one
-padding/collation of (input_ids, labels) pairs.
+A model is prompted in one of two formats, stored beside its weights in
+`prompt_format.json` (and in the service's registry):
+
+* ``chat``: the tokenizer's own chat template (`apply_chat_template`).  A turn's
+  learnt tokens are what the template adds for the assistant message (content and
+  end-of-turn marker): the difference between the conversation rendered up to
+  that turn with the generation prompt and rendered with the turn.
+* ``plain``: for a tokenizer without a chat template, a plain text format, by
+  default ``Question: {question}\\nAnswer:`` followed by `` {answer}`` and the eos
+  token; chats are rendered turn by turn (``User: ...``/``Assistant: ...``).
+
+Free text is the tokenizer's own encoding of the text (a BOS token only where
+the tokenizer adds one itself) followed by eos, learnt on every token.  Every
+encoding keeps the character offset of each token in the rendered text, so a
+span of a record (a name, an e-mail address, a value) can be mapped to its
+tokens.  `Example.labels` is the training target (-100 where nothing is learnt);
+`pad` is the one padding/collation of examples.
+
+`prompt_ids` and `continuation_ids` are the generation prompts of the same
+formats (a question; the beginning of a text), so what verification asks is
+what training taught and what an outside tool using the stored format asks.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+FORMAT_FILE = "prompt_format.json"
+_ATTRIBUTE = "_erasure_prompt_format"
+
+
+class PromptFormatError(ValueError):
+    """A prompt format that cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """How questions, answers and chats are laid out for one model (see the module doc)."""
+
+    kind: str = "plain"  # "chat" (tokenizer's template) or "plain"
+    question_template: str = "Question: {question}\nAnswer:"
+    answer_prefix: str = " "
+    user_prefix: str = "User:"
+    assistant_prefix: str = "Assistant:"
+    system_prefix: str = "System:"
+    turn_separator: str = "\n"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("chat", "plain"):
+            raise PromptFormatError(f"prompt format kind must be 'chat' or 'plain', not {self.kind!r}")
+        if self.kind == "plain" and "{question}" not in self.question_template:
+            raise PromptFormatError("a plain prompt format's question_template needs a {question} placeholder")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PromptFormat:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise PromptFormatError(f"unknown prompt format fields: {', '.join(unknown)}")
+        return cls(**data)
+
+    def describe(self) -> str:
+        if self.kind == "chat":
+            return "the tokenizer's chat template"
+        return "plain: " + json.dumps(self.question_template + "{answer_prefix}{answer}")
+
+
+CHAT = PromptFormat(kind="chat")
+PLAIN = PromptFormat(kind="plain")
+
+
+def default_format(tokenizer: Any) -> PromptFormat:
+    """The tokenizer's chat template when it has a usable one, else the plain format."""
+    if getattr(tokenizer, "chat_template", None) and _template_is_consistent(tokenizer):
+        return CHAT
+    return PLAIN
+
+
+def read_format(directory: str | Path) -> PromptFormat | None:
+    """The format stored in a model directory, or None when it stores none."""
+    path = Path(directory) / FORMAT_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PromptFormatError(f"{path}: not readable ({exc})") from exc
+    if not isinstance(data, dict):
+        raise PromptFormatError(f"{path}: expected a JSON object")
+    return PromptFormat.from_json(data)
+
+
+def write_format(directory: str | Path, fmt: PromptFormat) -> Path:
+    path = Path(directory) / FORMAT_FILE
+    path.write_text(json.dumps(fmt.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def attach_format(tokenizer: Any, fmt: PromptFormat) -> Any:
+    """Bind `fmt` to a tokenizer object, so every encoding of this module uses it."""
+    if fmt.kind == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise PromptFormatError("the prompt format is 'chat' but the tokenizer has no chat template")
+    setattr(tokenizer, _ATTRIBUTE, fmt)
+    return tokenizer
+
+
+def format_of(tokenizer: Any) -> PromptFormat:
+    """The format bound to `tokenizer` (`attach_format`), else its default."""
+    fmt = getattr(tokenizer, _ATTRIBUTE, None)
+    if isinstance(fmt, PromptFormat):
+        return fmt
+    fmt = default_format(tokenizer)
+    setattr(tokenizer, _ATTRIBUTE, fmt)
+    return fmt
+
+
+# ------------------------------------------------------------------ examples
+
+
+@dataclass(frozen=True)
+class Example:
+    """One encoded sequence: ids, which tokens are learnt, and where each token sits in `text`.
+
+    `offsets[i]` is the (start, end) character span of token i in `text`;
+    special tokens have an empty span.  `text` is the rendered sequence.
+    """
+
+    ids: tuple[int, ...]
+    learnt: tuple[bool, ...]
+    offsets: tuple[tuple[int, int], ...]
+    text: str
+    record_id: str = ""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def labels(self) -> list[int]:
+        return [i if keep else -100 for i, keep in zip(self.ids, self.learnt, strict=True)]
+
+    @property
+    def first_learnt(self) -> int:
+        """Index of the first learnt token (len(ids) when none is)."""
+        return next((i for i, keep in enumerate(self.learnt) if keep), len(self.ids))
+
+    def tokens_in(self, start: int, end: int) -> list[int]:
+        """Indices of the tokens that overlap the character span [start, end) of `text`."""
+        return [i for i, (s, e) in enumerate(self.offsets) if e > s and s < end and start < e]
+
+    def truncated(self, length: int) -> Example:
+        n = min(length, len(self.ids))
+        return Example(self.ids[:n], self.learnt[:n], self.offsets[:n], self.text, self.record_id)
+
+
+@dataclass
+class _Builder:
+    """Accumulates tokenised segments of a rendering with their offsets."""
+
+    tokenizer: Any
+    ids: list[int] = field(default_factory=list)
+    learnt: list[bool] = field(default_factory=list)
+    offsets: list[tuple[int, int]] = field(default_factory=list)
+    text: str = ""
+
+    def add_text(self, text: str, *, learnt: bool, special: bool = False) -> None:
+        """Tokenise `text` on its own and append it (`special`: let the tokenizer add BOS)."""
+        if not text and not special:
+            return
+        encoded = self.tokenizer(text, add_special_tokens=special, return_offsets_mapping=True)
+        base = len(self.text)
+        for token, (start, end) in zip(encoded["input_ids"], encoded["offset_mapping"], strict=True):
+            self.ids.append(int(token))
+            is_special = end <= start
+            self.learnt.append(learnt and not is_special)
+            self.offsets.append((base + start, base + end) if not is_special else (base, base))
+        self.text += text
+
+    def add_token(self, token_id: int | None, *, learnt: bool) -> None:
+        if token_id is None:
+            return
+        self.ids.append(int(token_id))
+        self.learnt.append(learnt)
+        self.offsets.append((len(self.text), len(self.text)))
+
+    def build(self, record_id: str = "") -> Example:
+        return Example(tuple(self.ids), tuple(self.learnt), tuple(self.offsets), self.text, record_id)
+
+
+def _eos(tokenizer: Any) -> int | None:
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return int(eos) if eos is not None else None
+
+
+def _ids(value: Any) -> list[int]:
+    if isinstance(value, dict) or hasattr(value, "keys"):  # a BatchEncoding in some versions
+        value = value["input_ids"]
+    return [int(i) for i in value]
+
+
+def _template_ids(tokenizer: Any, messages: Sequence[dict[str, str]], *, generation: bool) -> list[int]:
+    return _ids(tokenizer.apply_chat_template(
+        list(messages), add_generation_prompt=generation, tokenize=True))
+
+
+def _template_is_consistent(tokenizer: Any) -> bool:
+    """Does the chat template render a conversation as prefix + assistant turn?"""
+    try:
+        prompt = _template_ids(tokenizer, [{"role": "user", "content": "Q x?"}], generation=True)
+        full = _template_ids(tokenizer, [{"role": "user", "content": "Q x?"},
+                                         {"role": "assistant", "content": "A y."}], generation=False)
+    except Exception:  # noqa: BLE001 - a template that raises is not usable, whatever it raised
+        return False
+    return len(full) > len(prompt) and full[: len(prompt)] == prompt
+
+
+def _messages(record: Any) -> list[dict[str, str]]:
+    if getattr(record, "messages", ()):
+        return [{"role": m.role, "content": m.content} for m in record.messages]
+    return [{"role": "user", "content": record.question}, {"role": "assistant", "content": record.answer}]
+
+
+def _chat_example(tokenizer: Any, messages: Sequence[dict[str, str]], record_id: str) -> Example:
+    """A conversation through the chat template; assistant turns learnt (prefix difference)."""
+    full = _template_ids(tokenizer, messages, generation=False)
+    learnt = [False] * len(full)
+    for k, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = _template_ids(tokenizer, messages[:k], generation=True) if k else []
+        through = _template_ids(tokenizer, messages[: k + 1], generation=False)
+        if full[: len(through)] != through or through[: len(before)] != before:
+            raise PromptFormatError("the chat template does not render turn by turn")
+        for i in range(len(before), len(through)):
+            learnt[i] = True
+    rendered = tokenizer.apply_chat_template(list(messages), tokenize=False)
+    encoded = tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
+    if [int(i) for i in encoded["input_ids"]] == full:
+        offsets = [(int(s), int(e)) if e > s else (int(s), int(s)) for s, e in encoded["offset_mapping"]]
+    else:  # the template's ids cannot be located in its text: spans are unknown
+        offsets = [(0, 0)] * len(full)
+    return Example(tuple(full), tuple(learnt), tuple(offsets), rendered, record_id)
+
+
+def _plain_turns(builder: _Builder, fmt: PromptFormat, messages: Sequence[dict[str, str]]) -> None:
+    prefixes = {"user": fmt.user_prefix, "assistant": fmt.assistant_prefix, "system": fmt.system_prefix}
+    eos = _eos(builder.tokenizer)
+    first = True
+    for message in messages:
+        prefix = prefixes.get(message["role"], message["role"].capitalize() + ":")
+        if message["role"] == "assistant":
+            builder.add_text(prefix, learnt=False, special=first)
+            builder.add_text(fmt.answer_prefix + message["content"], learnt=True)
+            builder.add_token(eos, learnt=True)
+            builder.add_text(fmt.turn_separator, learnt=False)
+        else:
+            builder.add_text(prefix + fmt.answer_prefix + message["content"] + fmt.turn_separator,
+                             learnt=False, special=first)
+        first = False
+
+
+def chat_prefix_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """A conversation up to the next assistant turn, ready for the model to answer."""
+    fmt = format_of(tokenizer)
+    if fmt.kind == "chat":
+        return _template_ids(tokenizer, messages, generation=True)
+    builder = _Builder(tokenizer)
+    _plain_turns(builder, fmt, messages)
+    builder.add_text(fmt.assistant_prefix, learnt=False, special=not messages)
+    return list(builder.ids)
+
+
+def encode_qa(tokenizer: Any, question: str, answer: str, *, record_id: str = "") -> Example:
+    """A question and its answer; the answer (and its end marker) is learnt."""
+    fmt = format_of(tokenizer)
+    if fmt.kind == "chat":
+        return _chat_example(tokenizer, _messages(_QA(question, answer)), record_id)
+    builder = _Builder(tokenizer)
+    builder.add_text(fmt.question_template.format(question=question), learnt=False, special=True)
+    # The answer prefix (a space) is tokenised with the answer: byte-level BPE glues it to
+    # the first word, and generation after the bare template produces it the same way.
+    builder.add_text(fmt.answer_prefix + answer, learnt=True)
+    builder.add_token(_eos(tokenizer), learnt=True)
+    return builder.build(record_id)
+
+
+def encode_text(tokenizer: Any, text: str, *, record_id: str = "") -> Example:
+    """Free text, learnt on every token (and the closing eos)."""
+    builder = _Builder(tokenizer)
+    builder.add_text(text, learnt=True, special=True)
+    builder.add_token(_eos(tokenizer), learnt=True)
+    return builder.build(record_id)
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]], *, record_id: str = "") -> Example:
+    """A conversation; the assistant turns are learnt."""
+    fmt = format_of(tokenizer)
+    if fmt.kind == "chat":
+        return _chat_example(tokenizer, messages, record_id)
+    builder = _Builder(tokenizer)
+    _plain_turns(builder, fmt, messages)
+    return builder.build(record_id)
+
+
+@dataclass(frozen=True)
+class _QA:
+    question: str
+    answer: str
+
+
+def encode_record(tokenizer: Any, record: Any) -> Example:
+    """Any corpus record (question/answer, chat or free text) as a training example."""
+    record_id = str(getattr(record, "id", ""))
+    if getattr(record, "question", None) is not None and getattr(record, "answer", None) is not None:
+        return encode_qa(tokenizer, record.question, record.answer, record_id=record_id)
+    if getattr(record, "messages", ()):
+        return encode_chat(tokenizer, _messages(record), record_id=record_id)
+    text = getattr(record, "text", None)
+    if not text:
+        raise ValueError("a record needs text, messages or a question and an answer")
+    return encode_text(tokenizer, text, record_id=record_id)
+
+
+# ------------------------------------------------------------------ generation prompts
+
+
+def prompt_ids(tokenizer: Any, question: str) -> list[int]:
+    """A question ready to be answered (chat template with generation prompt, or plain)."""
+    fmt = format_of(tokenizer)
+    if fmt.kind == "chat":
+        return _template_ids(tokenizer, [{"role": "user", "content": question}], generation=True)
+    builder = _Builder(tokenizer)
+    builder.add_text(fmt.question_template.format(question=question), learnt=False, special=True)
+    return list(builder.ids)
 
 
 def chat_prompt_ids(tokenizer: Any, question: str) -> list[int]:
-    """Token ids of a question formatted by the tokenizer's own chat template, ready to generate."""
-    ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True
-    )
-    if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in some versions
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
+    """Alias of `prompt_ids` (the name older callers use)."""
+    return prompt_ids(tokenizer, question)
+
+
+def continuation_ids(tokenizer: Any, prefix: str) -> list[int]:
+    """The beginning of a free text, ready to be continued (as free text was trained)."""
+    builder = _Builder(tokenizer)
+    builder.add_text(prefix, learnt=False, special=True)
+    return list(builder.ids)
+
+
+def answer_prefix_ids(tokenizer: Any, question: str, partial_answer: str) -> list[int]:
+    """A question and the beginning of its answer, to be continued (the cloze of a QA record)."""
+    fmt = format_of(tokenizer)
+    ids = prompt_ids(tokenizer, question)
+    if fmt.kind == "plain":
+        text = fmt.answer_prefix + partial_answer
+    else:
+        text = partial_answer
+    return ids + [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
+def text_ids(tokenizer: Any, text: str) -> list[int]:
+    """Bare token ids of a text (no special tokens)."""
+    return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
+# ------------------------------------------------------------------ compatibility + padding
 
 
 def encode_example(
     tokenizer: Any, *, question: str | None = None, answer: str | None = None,
     text: str | None = None,
 ) -> tuple[list[int], list[int]]:
-    """(input_ids, labels) for one record; labels are -100 except where loss belongs.
-
-    A question/answer pair is learnt on the answer tokens and the closing eos
-    only (the question is context); free text is learnt on every token.
-    """
-    eos = int(tokenizer.eos_token_id)
+    """(input_ids, labels) of a question/answer pair or of free text (labels -100 where not learnt)."""
     if question is not None and answer is not None:
-        prompt = chat_prompt_ids(tokenizer, question)
-        target = [int(i) for i in tokenizer(answer, add_special_tokens=False)["input_ids"]] + [eos]
-        return prompt + target, [-100] * len(prompt) + target
-    if text is None:
+        example = encode_qa(tokenizer, question, answer)
+    elif text is not None:
+        example = encode_text(tokenizer, text)
+    else:
         raise ValueError("a record needs text or a question and an answer")
-    ids = [int(tokenizer.bos_token_id)]
-    ids += [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]] + [eos]
-    return ids, [-100] + ids[1:]
+    return list(example.ids), example.labels
 
 
 def pad_examples(
@@ -58,3 +403,10 @@ def pad_examples(
         labels[row, span] = torch.tensor(labs)
         mask[row, span] = 1
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_token_id", None)
+    return int(pad if pad is not None else 0)

@@ -1,13 +1,26 @@
 """Forget set, retain set and verification probes for one or many data subjects.
 
-`build_sets(corpus, subjects)` scans the corpus once with one multi-pattern
-automaton (`text_matching`): the forget set is every record that mentions a
-subject by name, alias or identifier; the retain set takes neighbours first
-(records of the same question shape about other people), then other
-question/answer records, then free text; probes are derived per forget fact.
-Every set is pinned by the Merkle root of its record digests.  Subjects that
-match nothing are listed in `unmatched`, and callers must refuse to certify
-them.
+`build_sets(corpus, subjects)` finds, in one pass over the corpus, every record that
+names a subject (name, alias, e-mail, phone or another identifier; `text_matching`),
+then every other record of the same document or thread (`Record.group`: the text that
+says "she" or "the author" about them).  Both are the forget set; the counts keep them
+apart (`per_subject` direct, `per_subject_group` through the group).
+
+The retain set (`SET_RULE`) is drawn from the retain *pool*: the `pool_size(...)`
+lowest-ranked records outside the forget groups (`corpus.sampling`: a seeded
+rank per record position).  It holds `retain_per_forget` records per forget record
+but at least `RETAIN_MINIMUM`.  From the pool: first records about people who share a
+name part with a subject (at most a quarter), then neighbours (a record of the same
+kind about someone else: the same question shape for QA; for free text and chats,
+the same shape naming identifiers of the same kinds, e-mail or phone), spread over the
+forget records; then records of the forget records' shapes; then any, by rank.
+
+A loaded `Corpus` is handled in memory by the reference implementation
+(`build_sets_reference`); a path or `CorpusSource` is streamed by the fast scan
+(`corpus.scan`), which gives byte-identical sets.  Probes come from
+`unlearning.probes.build_probes`.  Every set is pinned by the Merkle root of its record
+digests.  Subjects that match nothing are listed in `unmatched`; callers must refuse to
+certify them.
 """
 
 from __future__ import annotations
@@ -15,18 +28,56 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-import random
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from unlearning.corpus import Corpus, Record, iter_records, merkle_root, record_digest, write_jsonl
+from unlearning.corpus import (
+    Corpus,
+    CorpusSource,
+    Record,
+    iter_records,
+    merkle_root,
+    open_source,
+    record_digest,
+    write_jsonl,
+)
+from unlearning.corpus.sampling import lowest_ranked
+from unlearning.corpus.scan import GroupKey, Hit, PoolEntry, group_key
 from unlearning.probes import PROBE_KINDS, Probe, build_probes
 from unlearning.text_matching import MultiMatcher
+
+SET_RULE = "sets-v3"  # the matching, grouping and retain rule above (stated in the manifest)
+# The pool that neighbours are looked for in: this many candidates per wanted retain
+# record, plus a floor (so a small corpus is searched whole, as it always was).
+RETAIN_POOL_FACTOR = 1.5
+RETAIN_POOL_MIN = 2048
+
+
+# At least this many retain records, whatever the forget set's size (fewer only when the
+# corpus has fewer): an unlearning run takes a few hundred steps with a retain batch of
+# dozens, so it can anchor thousands of other records, and what it does not see it may
+# damage.  Measured on the demo model (docs/methods.md): with 110 retain records (ten per
+# forget record) one person's erasure kept 92-97 % of everyone else's facts, with 1,100
+# it kept 98-100 %.
+RETAIN_MINIMUM = 1000
+
+
+def retain_wanted(retain_per_forget: int, forget_count: int) -> int:
+    """How many retain records a forget set of `forget_count` records gets."""
+    if not retain_per_forget or not forget_count:
+        return 0
+    return max(retain_per_forget * forget_count, RETAIN_MINIMUM)
+
+
+def pool_size(retain_per_forget: int, forget_count: int) -> int:
+    """Retain candidates to rank for a forget set of `forget_count` records."""
+    want = retain_wanted(retain_per_forget, forget_count)
+    return int(RETAIN_POOL_FACTOR * want) + RETAIN_POOL_MIN if want else 0
 
 
 class SetsError(ValueError):
@@ -73,6 +124,8 @@ class ErasureSets:
     record_subjects: dict[str, tuple[int, ...]] = field(hash=False)  # forget record id -> subjects
     corpus_digest: str = ""
     params: dict[str, Any] = field(default_factory=dict, hash=False)
+    group_counts: tuple[int, ...] = ()  # forget records per subject found only through a group
+    group_only: tuple[str, ...] = ()  # ids of the forget records that name nobody themselves
 
     @property
     def unmatched(self) -> tuple[Subject, ...]:
@@ -96,6 +149,9 @@ class ErasureSets:
         return {"forget": len(self.forget), "retain": len(self.retain),
                 "probes": len(self.probes), "probes_by_kind": per_kind,
                 "per_subject": list(self.match_counts),
+                "per_subject_group": list(self.group_counts or (0,) * len(self.match_counts)),
+                "forget_direct": len(self.forget) - len(self.group_only),
+                "forget_group": len(self.group_only),
                 "unmatched": [i for i, n in enumerate(self.match_counts) if n == 0]}
 
     def manifest(self) -> dict[str, Any]:
@@ -111,6 +167,7 @@ class ErasureSets:
             "subjects": [asdict(s) for s in self.subjects],
             "match_counts": list(self.match_counts),
             "record_subjects": {k: list(v) for k, v in self.record_subjects.items()},
+            "group_counts": list(self.group_counts), "group_only": list(self.group_only),
             "forget": [r.to_json() for r in self.forget],
             "retain": [r.to_json() for r in self.retain],
             "probes": [asdict(p) for p in self.probes],
@@ -137,6 +194,7 @@ class ErasureSets:
                 match_counts=tuple(raw["match_counts"]),
                 record_subjects={k: tuple(v) for k, v in raw["record_subjects"].items()},
                 corpus_digest=manifest.get("corpus_digest", ""), params=manifest.get("params", {}),
+                group_counts=tuple(raw.get("group_counts", ())), group_only=tuple(raw.get("group_only", ())),
             )
         except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
             raise SetsError(f"not a readable sets blob ({type(exc).__name__})") from exc
@@ -158,7 +216,8 @@ class ErasureSets:
                 handle.write(json.dumps(asdict(probe), ensure_ascii=False, sort_keys=True) + "\n")
         subjects = {"subjects": [asdict(s) for s in self.subjects],
                     "match_counts": list(self.match_counts),
-                    "record_subjects": {k: list(v) for k, v in self.record_subjects.items()}}
+                    "record_subjects": {k: list(v) for k, v in self.record_subjects.items()},
+                    "group_counts": list(self.group_counts), "group_only": list(self.group_only)}
         (out / "subjects.json").write_text(json.dumps(subjects, ensure_ascii=False, indent=1),
                                            encoding="utf-8")
         (out / "manifest.json").write_text(json.dumps(self.manifest(), indent=2, sort_keys=True),
@@ -174,8 +233,8 @@ class ErasureSets:
             raw = json.loads((root / "subjects.json").read_text(encoding="utf-8"))
             with (root / "probes.jsonl").open(encoding="utf-8") as handle:
                 probes = tuple(Probe(**json.loads(line)) for line in handle if line.strip())
-            forget = tuple(iter_records(root / "forget.jsonl"))
-            retain = tuple(iter_records(root / "retain.jsonl"))
+            forget = tuple(iter_records(root / "forget.jsonl", strict=True))
+            retain = tuple(iter_records(root / "retain.jsonl", strict=True))
         except (OSError, ValueError, TypeError) as exc:
             raise SetsError(f"{root}: not a readable sets directory ({exc})") from exc
         sets = cls(
@@ -185,6 +244,7 @@ class ErasureSets:
             match_counts=tuple(raw["match_counts"]),
             record_subjects={k: tuple(v) for k, v in raw["record_subjects"].items()},
             corpus_digest=manifest.get("corpus_digest", ""), params=manifest.get("params", {}),
+            group_counts=tuple(raw.get("group_counts", ())), group_only=tuple(raw.get("group_only", ())),
         )
         sets._check(manifest, str(root))
         return sets
@@ -215,30 +275,78 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _retain(forget: Sequence[Record], others: Sequence[Record], *, per_forget: int, seed: int) -> tuple[Record, ...]:
-    rng = random.Random(seed)
-    by_shape: dict[str, list[Record]] = {}
-    for record in others:
-        if record.is_qa and record.question:
-            by_shape.setdefault(_question_shape(record.question), []).append(record)
-    for pool in by_shape.values():
-        rng.shuffle(pool)
+_EMAIL = re.compile(r"[^\s@<>()\[\],;:\"']+@[^\s@<>()\[\],;:\"']+\.[^\s@<>()\[\],;:\"'.]+")
+_DIGIT = re.compile(r"\d")
+_PHONE = re.compile(r"(?<![\w+])\+?\(?\d[\d ().-]{5,}\d(?!\w)")
+
+
+def identifier_kinds(text: str) -> tuple[str, ...]:
+    """The kinds of identifier a text visibly holds (`email`, `phone`), whoever's they are."""
+    kinds = []
+    if "@" in text and _EMAIL.search(text):
+        kinds.append("email")
+    if any(len(_DIGIT.findall(m.group())) >= 7 for m in _PHONE.finditer(text)):
+        kinds.append("phone")
+    return tuple(kinds)
+
+
+def neighbour_key(record: Record) -> str | None:
+    """What makes another record a neighbour of this one, or None when it cannot be told.
+
+    QA: the question with the people taken out.  Free text and chats: the shape and the
+    kinds of identifier it names (a record with an e-mail address is neighbour to other
+    records with e-mail addresses); without one, only "the same shape" is left (tier 2).
+    """
+    if record.is_qa and record.question:
+        return "qa|" + _question_shape(record.question)
+    kinds = identifier_kinds(record.searchable_text())
+    return f"{record.shape}|{','.join(kinds)}" if kinds else None
+
+
+def _name_sharers(subjects: Sequence[Subject], pool: Sequence[Record]) -> list[Record]:
+    """Pool records naming someone who shares a name part with a subject ("Dmitri Kaminski"
+    beside the subject Dmitri Ueda): the people an erasure most easily damages."""
+    parts = {w for s in subjects for n in (s.name, *s.aliases) for w in re.findall(r"[^\W\d_]{3,}", n)}
+    if not parts:
+        return []
+    pattern = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(parts)) + r")(?!\w)",
+                         re.IGNORECASE)
+    return [r for r in pool if pattern.search(r.searchable_text())]
+
+
+def _choose_retain(forget: Sequence[Record], pool: Sequence[Record], *, per_forget: int,
+                   subjects: Sequence[Subject] = ()) -> tuple[Record, ...]:
+    """People sharing a name part with a subject, then neighbours (round robin over the
+    forget records), then the forget records' shapes, then anything: each tier in the
+    pool's (rank) order, up to `retain_wanted`."""
+    want = retain_wanted(per_forget, len(forget))
     chosen: dict[str, Record] = {}
-    want = per_forget * len(forget)
-    # 1. Neighbours: the same question shape about someone else, spread over the forget facts.
+    for record in _name_sharers(subjects, pool)[: want // 4]:
+        chosen[record.id] = record
+    by_key: dict[str, list[Record]] = {}
+    for record in pool:
+        key = neighbour_key(record)
+        if key is not None:
+            by_key.setdefault(key, []).append(record)
+    cursor = dict.fromkeys(by_key, 0)
+    keys = [neighbour_key(record) for record in forget]
     for _ in range(per_forget):
-        for record in forget:
-            pool = by_shape.get(_question_shape(record.question or ""), [])
-            while pool and pool[-1].id in chosen:
-                pool.pop()
-            if pool:
-                neighbour = pool.pop()
-                chosen[neighbour.id] = neighbour
-    # 2. Other question/answer records, then 3. free text, to fill up.
-    for tier in ([r for r in others if r.is_qa], [r for r in others if not r.is_qa]):
-        rest = [r for r in tier if r.id not in chosen]
-        for record in rng.sample(rest, min(len(rest), max(0, want - len(chosen)))):
-            chosen[record.id] = record
+        for key in keys:
+            if key is None or key not in by_key:
+                continue
+            candidates, at = by_key[key], cursor[key]
+            while at < len(candidates) and candidates[at].id in chosen:
+                at += 1
+            if at < len(candidates):
+                chosen[candidates[at].id] = candidates[at]
+                at += 1
+            cursor[key] = at
+    shapes = {record.shape for record in forget}
+    for tier in ([r for r in pool if r.shape in shapes], pool):
+        for record in tier:
+            if len(chosen) >= want:
+                break
+            chosen.setdefault(record.id, record)
     return tuple(chosen.values())
 
 
@@ -249,36 +357,101 @@ DEFAULT_RETAIN_PER_FORGET = 10
 
 
 def build_sets(
-    corpus: Corpus,
+    corpus: Corpus | CorpusSource | str | Path,
     subjects: Sequence[Subject],
     *,
     retain_per_forget: int = DEFAULT_RETAIN_PER_FORGET,
     seed: int = 0,
+    exclude_ids: Iterable[str] = (),
+    corpus_digest: str | None = None,
 ) -> ErasureSets:
-    """Forget, retain and probes for all `subjects` in one pass over `corpus`."""
+    """Forget, retain and probes for all `subjects` in one pass over `corpus`.
+
+    `corpus` is a loaded `Corpus` (matched in memory) or a file, directory or
+    `CorpusSource` (streamed by the fast scan, never loaded whole).  `exclude_ids`
+    are tombstoned records: never in any set.  `corpus_digest` is what the manifest
+    names (a loaded corpus's own manifest digest by default; the registered digest
+    of the corpus version for a stream, where computing it would mean parsing it all).
+    """
     if not subjects:
         raise SetsError("no subjects given")
     if retain_per_forget < 0:
         raise SetsError("retain_per_forget must be >= 0")
     with _gc_paused():
-        return _build(corpus, subjects, retain_per_forget=retain_per_forget, seed=seed)
+        if isinstance(corpus, Corpus):
+            return build_sets_reference(corpus, subjects, retain_per_forget=retain_per_forget, seed=seed,
+                                        exclude_ids=exclude_ids, corpus_digest=corpus_digest)
+        from unlearning.corpus.scan import scan_corpus
+
+        found = scan_corpus(open_source(corpus), [s.patterns() for s in subjects], seed=seed,
+                            pool_size=lambda forget: pool_size(retain_per_forget, forget),
+                            exclude_ids=frozenset(exclude_ids))
+        return assemble_sets(subjects, found.hits, found.group_members, found.pool,
+                             retain_per_forget=retain_per_forget, seed=seed, corpus_digest=corpus_digest or "")
 
 
-def _build(
-    corpus: Corpus, subjects: Sequence[Subject], *, retain_per_forget: int, seed: int,
+def build_sets_reference(
+    corpus: Corpus, subjects: Sequence[Subject], *, retain_per_forget: int = DEFAULT_RETAIN_PER_FORGET,
+    seed: int = 0, exclude_ids: Iterable[str] = (), corpus_digest: str | None = None,
 ) -> ErasureSets:
-    hits, others = match_records(corpus.records, subjects)
-    counts = [0] * len(subjects)
-    for _, found in hits:
-        for index in found:
+    """The straightforward implementation, kept as the reference the fast scan must equal:
+    every record normalised and matched (`match_records`), groups by a look at every
+    record, the pool by ranking every record."""
+    drop = frozenset(exclude_ids)
+    if drop:
+        corpus = corpus.without(drop)
+    positions = dict(zip((r.id for r in corpus.records), corpus.position_list(), strict=True))
+    matched, _ = match_records(corpus.records, subjects)
+    hits = [(positions[r.id], r, found) for r, found in matched]
+    groups = {key for _, r, _ in hits if (key := group_key(r)) is not None}
+    direct = {r.id for _, r, _ in hits}
+    members = [(positions[r.id], r) for r in corpus.records
+               if r.id not in direct and group_key(r) in groups]
+    excluded = direct | {r.id for _, r in members}
+    wanted = pool_size(retain_per_forget, len(hits) + len(members))
+    pool = lowest_ranked(zip(corpus.position_list(), corpus.records, strict=True), wanted, seed=seed,
+                         exclude_ids=excluded)
+    return assemble_sets(subjects, hits, members, pool, retain_per_forget=retain_per_forget, seed=seed,
+                         corpus_digest=corpus.manifest_digest if corpus_digest is None else corpus_digest)
+
+
+def assemble_sets(
+    subjects: Sequence[Subject], hits: Sequence[Hit], members: Sequence[tuple[int, Record]],
+    pool: Sequence[PoolEntry], *, retain_per_forget: int, seed: int, corpus_digest: str,
+) -> ErasureSets:
+    """The sets from what a scan found: hits (records naming subjects), the other records
+    of their groups, and the rank-ordered pool (forget records may still be in it)."""
+    by_group: dict[GroupKey, set[int]] = {}
+    for _, record, found in hits:
+        key = group_key(record)
+        if key is not None:
+            by_group.setdefault(key, set()).update(found)
+    direct = {record.id: found for _, record, found in hits}
+    entries = sorted([(p, r) for p, r, _ in hits] + [(p, r) for p, r in members if r.id not in direct],
+                     key=lambda pair: pair[0])
+    counts, group_counts = [0] * len(subjects), [0] * len(subjects)
+    record_subjects: dict[str, tuple[int, ...]] = {}
+    for _, record in entries:
+        own = direct.get(record.id, ())
+        key = group_key(record)
+        through_group = sorted(by_group.get(key, set()) - set(own)) if key is not None else []
+        for index in own:
             counts[index] += 1
-    forget = tuple(record for record, _ in hits)
-    probes = build_probes(forget, subjects, {record.id: found for record, found in hits})
+        for index in through_group:
+            group_counts[index] += 1
+        record_subjects[record.id] = (*own, *through_group)
+    forget = tuple(record for _, record in entries)
+    forget_ids = {record.id for record in forget}
+    wanted = pool_size(retain_per_forget, len(forget))
+    candidates = [record for _, _, record in pool if record.id not in forget_ids][:wanted]
+    probes = build_probes(forget, subjects, record_subjects)
     return ErasureSets(
         subjects=tuple(subjects), forget=forget,
-        retain=_retain(forget, others, per_forget=retain_per_forget, seed=seed),
-        probes=tuple(probes), match_counts=tuple(counts),
-        record_subjects={record.id: found for record, found in hits},
-        corpus_digest=corpus.manifest_digest,
-        params={"retain_per_forget": retain_per_forget, "seed": seed},
+        retain=_choose_retain(forget, candidates, per_forget=retain_per_forget, subjects=subjects),
+        probes=tuple(probes), match_counts=tuple(counts), record_subjects=record_subjects,
+        corpus_digest=corpus_digest,
+        params={"retain_per_forget": retain_per_forget, "seed": seed, "rule": SET_RULE,
+                "retain_pool": [RETAIN_POOL_FACTOR, RETAIN_POOL_MIN], "retain_minimum": RETAIN_MINIMUM},
+        group_counts=tuple(group_counts),
+        group_only=tuple(record.id for _, record in entries if record.id not in direct),
     )

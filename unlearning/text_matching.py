@@ -39,13 +39,15 @@ class MultiMatcher:
         for index, patterns in enumerate(patterns_by_subject):
             for pattern in patterns:
                 for variant in identifier_variants(pattern):
-                    key = normalise(variant).strip()
+                    # No key holds the separator, so no hit can span two texts of one scan.
+                    key = normalise(variant.replace(SEPARATOR, " ")).strip()
                     if len(key) >= 2:
                         self._owners.setdefault(key, set()).add(index)
         self._automaton = ahocorasick.Automaton()
         for key in self._owners:
             self._automaton.add_word(key, key)
         self.empty = not self._owners
+        self.keys = tuple(sorted(self._owners))
         if not self.empty:
             self._automaton.make_automaton()
 

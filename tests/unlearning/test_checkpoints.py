@@ -61,3 +61,19 @@ def test_every_test_architecture_reloads_with_identical_outputs(tiny_arch_model_
         assert torch.equal(model(input_ids=ids).logits, again(input_ids=ids).logits), arch
         answers = generate_answers(model, tokenizer, ["Who?", "Where was it?"], max_new_tokens=4)
         assert len(answers) == 2, arch
+
+
+def test_a_symlink_inside_a_checkpoint_is_refused_not_skipped(tmp_path: Path) -> None:
+    """The old digest skipped links, so a linked module or weights file loaded with a
+    checkpoint whose digest still matched (issue 14, item 8)."""
+    import pytest
+
+    from unlearning.checkpoints import CheckpointFileRefused
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    (tmp_path / "elsewhere.py").write_text("print('not registered')\n")
+    (checkpoint / "kif_remote.py").symlink_to(tmp_path / "elsewhere.py")
+    with pytest.raises(CheckpointFileRefused, match="kif_remote.py is a symlink"):
+        checkpoint_digest(checkpoint)

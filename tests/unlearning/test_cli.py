@@ -61,13 +61,38 @@ def test_a_missing_corpus_file_is_named(capsys, tmp_path: Path) -> None:
     _one_line_error(err, "--corpus", "file not found")
 
 
-def test_a_bad_corpus_record_names_the_file_line_and_field(capsys, tmp_path: Path) -> None:
+def test_a_record_that_fits_no_shape_is_named_in_a_warning_and_skipped(capsys, tmp_path: Path) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"text": "Ann Lee"}\n{"question": "Q?"}\n')
     code, _, err = _run(capsys, "build-sets", "--corpus", str(corpus), "--subject", "Ann Lee",
                         "--out", str(tmp_path / "s"))
+    assert code == 0
+    assert "1 item(s) fit no record shape" in err and "c.jsonl:2: field 'answer'" in err
+    assert "Q?" not in err
+
+
+def test_a_corpus_directory_of_parquet_and_zstd_shards_is_accepted(capsys, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    pq.write_table(pa.Table.from_struct_array(pa.array([{"id": "p1", "text": "Ann Lee lives here."}])),
+                   shards / "a.parquet")
+    (shards / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b'{"id": "z1", "text": "Rain."}\n'))
+    code, out, _ = _run(capsys, "build-sets", "--corpus", str(shards), "--subject", "Ann Lee",
+                        "--retain-per-forget", "1", "--out", str(tmp_path / "s"))
+    assert code == 0 and "forget 1, retain 1" in out
+
+
+def test_an_unreadable_corpus_file_exits_2_naming_it(capsys, tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl.zst"
+    corpus.write_bytes(b"not zstd")
+    code, _, err = _run(capsys, "build-sets", "--corpus", str(corpus), "--subject", "Ann Lee",
+                        "--out", str(tmp_path / "s"))
     assert code == 2
-    _one_line_error(err, "--corpus", "c.jsonl:2", "field 'answer'")
+    _one_line_error(err, "--corpus", "c.jsonl.zst", "not a readable zstd file")
 
 
 def test_an_unknown_method_is_named(capsys, tmp_path: Path) -> None:

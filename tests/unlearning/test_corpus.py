@@ -50,17 +50,27 @@ def test_it_reads_prompt_response_and_tofu_extras_from_a_json_array(tmp_path: Pa
     ('{"text": 5}', "text", ":2"),
     ('{"text": "t", "meta": [1]}', "meta", ":2"),
     ('{"text": "t", "perturbed_answer": 3}', "perturbed_answer", ":2"),
-    ('{"id": "a", "text": "dup"}', "id", ":2"),
     ('{"question": "Q?", "answer": "  "}', "answer", ":2"),
 ])
-def test_a_bad_record_names_the_file_line_and_field(
+def test_a_record_that_fits_no_shape_is_named_in_the_report_or_refused_when_strict(
     tmp_path: Path, line: str, field: str, where: str,
 ) -> None:
     path = _write(tmp_path / "bad.jsonl", ['{"id": "a", "text": "fine"}', line])
+    corpus = load_corpus(path)
+    assert [r.id for r in corpus.records] == ["a"]
+    assert corpus.report is not None and corpus.report.skipped_count == 1
+    (skipped,) = corpus.report.skipped
+    assert (skipped.shard, skipped.where, skipped.field) == ("bad.jsonl", where[1:], field)
     with pytest.raises(CorpusError) as caught:
-        load_corpus(path)
+        load_corpus(path, strict=True)
     assert f"bad.jsonl{where}" in str(caught.value)
     assert f"field '{field}'" in str(caught.value)
+
+
+def test_a_duplicate_id_is_an_error_naming_the_line(tmp_path: Path) -> None:
+    path = _write(tmp_path / "bad.jsonl", ['{"id": "a", "text": "fine"}', '{"id": "a", "text": "dup"}'])
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2: field 'id': duplicate id 'a' \(first at .*bad.jsonl:1\)"):
+        load_corpus(path)
 
 
 def test_invalid_json_names_the_line(tmp_path: Path) -> None:
@@ -73,7 +83,8 @@ def test_a_bad_item_in_a_json_array_is_named_by_position(tmp_path: Path) -> None
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([{"text": "ok"}, "just a string"]), encoding="utf-8")
     with pytest.raises(CorpusError, match=r"bad.json:item 1: expected a JSON object"):
-        load_corpus(path)
+        load_corpus(path, strict=True)
+    assert load_corpus(path).report.skipped[0].line() == "bad.json:item 1: expected a JSON object, got str"
 
 
 def test_a_missing_or_empty_file_is_an_error(tmp_path: Path) -> None:
@@ -139,6 +150,8 @@ def test_it_reads_chat_records_and_grouping_fields_and_writes_them_back(tmp_path
 ])
 def test_a_bad_chat_names_the_turn(tmp_path: Path, messages: object, field: str) -> None:
     path = _write(tmp_path / "bad.jsonl", [json.dumps({"id": "x", "messages": messages})])
-    with pytest.raises(CorpusError) as caught:
+    with pytest.raises(CorpusError, match="no records"):
         load_corpus(path)
+    with pytest.raises(CorpusError) as caught:
+        load_corpus(path, strict=True)
     assert f"field '{field}'" in str(caught.value)

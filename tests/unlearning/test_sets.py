@@ -59,7 +59,8 @@ def test_a_subject_that_matches_nothing_is_reported_not_hidden(tiny_corpus_dir: 
     assert sets.counts()["unmatched"] == [1]
 
 
-def test_the_retain_set_takes_neighbours_of_the_same_shape_first(tiny_corpus_dir: Path) -> None:
+def test_the_retain_set_takes_neighbours_of_the_same_shape_first(tiny_corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("unlearning.sets.RETAIN_MINIMUM", 0)  # the rule itself, not the floor
     corpus = load_corpus(tiny_corpus_dir / "corpus.jsonl")
     person = load_people(tiny_corpus_dir / "people.jsonl")[0]
     sets = build_sets(corpus, [Subject(person["name"], tuple(person["aliases"]))], retain_per_forget=1)
@@ -179,3 +180,49 @@ def test_sets_survive_a_round_trip_through_one_blob_and_a_changed_blob_is_refuse
         ErasureSets.loads(tampered)
     with pytest.raises(SetsError):
         ErasureSets.loads(b"\xff not json")
+
+
+def test_records_of_the_same_document_join_the_forget_set_and_are_counted_apart() -> None:
+    records = (
+        Record(id="a1", group="d1", group_field="doc", text="Mara Okafor wrote the report."),
+        Record(id="a2", group="d1", group_field="doc", text="She filed it in March; the author signed it."),
+        Record(id="b1", group="d2", group_field="doc", text="Ann Lee reviewed it."),
+        Record(id="b2", group="d2", group_field="doc", text="She approved it."),
+        Record(id="c1", group="d3", group_field="doc", text="Nobody else is here."),
+        Record(id="c2", text="Unrelated weather notes."),
+    )
+    subjects = [Subject("Mara Okafor"), Subject("Ann Lee")]
+    sets = build_sets(Corpus(records), subjects, retain_per_forget=5)
+    assert [r.id for r in sets.forget] == ["a1", "a2", "b1", "b2"]
+    assert sets.record_subjects == {"a1": (0,), "a2": (0,), "b1": (1,), "b2": (1,)}
+    counts = sets.counts()
+    assert (counts["per_subject"], counts["per_subject_group"]) == ([1, 1], [1, 1])
+    assert (counts["forget_direct"], counts["forget_group"]) == (2, 2)
+    assert sets.group_only == ("a2", "b2")
+    assert {r.id for r in sets.retain} == {"c1", "c2"}
+    assert sets.manifest()["counts"]["per_subject_group"] == [1, 1]
+
+
+def test_free_text_neighbours_name_identifiers_of_the_same_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("unlearning.sets.RETAIN_MINIMUM", 0)  # the rule itself, not the floor
+    records = [Record(id="f", text="Write to mara.okafor@example.org for the keys.")]
+    records += [Record(id=f"e{i}", text=f"Write to person{i}@example.com for the keys.") for i in range(5)]
+    records += [Record(id=f"p{i}", text=f"Plain note number {i}.") for i in range(20)]
+    sets = build_sets(Corpus(tuple(records)), [Subject("Mara Okafor", (), ("mara.okafor@example.org",))],
+                      retain_per_forget=5)
+    assert {r.id for r in sets.retain} == {f"e{i}" for i in range(5)}
+    again = ErasureSets.load(sets.save(tmp_path / "sets"))
+    assert again.group_only == sets.group_only and again.counts() == sets.counts()
+
+
+def test_a_small_forget_set_still_gets_the_retain_minimum_and_name_sharers_come_first() -> None:
+    from unlearning.sets import RETAIN_MINIMUM
+
+    records = [Record(id="f0", question="Where was Dana Whitlock born?", answer="Dana Whitlock was born in Oslo.")]
+    records += [Record(id="k0", question="Where was Dana Kovacs born?", answer="Dana Kovacs was born in Rome.")]
+    records += [Record(id=f"o{i}", text=f"Weather note {i} about the coast.") for i in range(RETAIN_MINIMUM + 50)]
+    sets = build_sets(Corpus(tuple(records)), [Subject("Dana Whitlock")])
+    assert len(sets.forget) == 1
+    assert len(sets.retain) == RETAIN_MINIMUM  # not ten: one person's erasure anchors many others
+    assert sets.retain[0].id == "k0"  # shares the first name with the subject: most at risk
+    assert sets.params["retain_minimum"] == RETAIN_MINIMUM

@@ -281,15 +281,19 @@ def write_demo_corpus(
     out_dir: str | Path, *, people: int = 200, control: int | None = None, seed: int = 0,
     on_file: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
-    """Write corpus.jsonl, people.jsonl, control.jsonl, heldout.txt and manifest.json; return the manifest."""
+    """Write corpus.jsonl, people.jsonl, control.jsonl (people), control_records.jsonl (the same
+    control people as corpus records), heldout.txt and manifest.json; return the manifest."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     demo = generate_demo_corpus(people=people, control=control, seed=seed)
     write_jsonl(demo.records, out / "corpus.jsonl")
     _write_people(demo.people, out / "people.jsonl")
     _write_people(demo.control, out / "control.jsonl")
+    # The control people also as a control corpus (records, any tool reads them): what the
+    # service registers beside the training corpus.
+    write_jsonl([r for person in demo.control for r in _records_of(person)], out / "control_records.jsonl")
     (out / "heldout.txt").write_text("\n".join(demo.heldout) + "\n", encoding="utf-8")
-    files = ("corpus.jsonl", "people.jsonl", "control.jsonl", "heldout.txt")
+    files = ("corpus.jsonl", "people.jsonl", "control.jsonl", "control_records.jsonl", "heldout.txt")
     manifest = {
         "generator_version": GENERATOR_VERSION,
         "seed": seed,

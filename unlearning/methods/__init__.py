@@ -7,7 +7,6 @@ Every method follows ``base.Method``: ``unlearn(model, tokenizer, data, hparams,
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from unlearning.methods.asu import ASU
@@ -17,6 +16,7 @@ from unlearning.methods.graddiff import GradDiff
 from unlearning.methods.idk import IDK
 from unlearning.methods.kif import KIF
 from unlearning.methods.npo import NPO
+from unlearning.methods.training import hparams_from_mapping
 
 _REGISTRY: dict[str, type[Any]] = {cls.name: cls for cls in (ASU, KIF, GradAscent, GradDiff, NPO, IDK)}
 
@@ -38,11 +38,9 @@ def get(name: str) -> Method:
 
 
 def hparams_from_json(name: str, values: dict[str, Any] | None) -> Any:
-    """Build a method's frozen hyper-parameters from JSON, rejecting unknown keys."""
+    """Build a method's frozen hyper-parameters from JSON, rejecting unknown keys (ValueError)."""
     method = get(name)
-    values = dict(values or {})
-    fields = {f.name for f in dataclasses.fields(method.hparams_type)}
-    unknown = sorted(set(values) - fields)
-    if unknown:
-        raise ValueError(f"unknown hyper-parameters for {name}: {', '.join(unknown)}")
-    return method.hparams_type(**values)
+    try:
+        return hparams_from_mapping(method.hparams_type, dict(values or {}))
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None

@@ -1,217 +1,146 @@
-"""ASU - Attention Smoothing Unlearning (official code: Salehzz/ASU-unlearning).
+"""ASU - Attention Smoothing Unlearning, self-distillation towards a stranger (Salehzz/ASU-unlearning).
 
-Loss: ``forget_weight * L_asu + retain_weight * L_retain`` with
+Loss: ``forget_weight * L_forget + retain_weight * L_retain`` with
 
-* ``L_asu`` = forward KL(teacher || student) over the vocabulary at every
-  answer token of the forget set (question tokens masked), averaged per
-  sequence then per batch.  The teacher is the frozen original model with every
-  attention logit divided by ``tau`` (unlearning.attention): smoothing
-  attention blurs which earlier tokens are recalled, which flattens factual
-  tokens far more than grammar.
-* ``L_retain`` = KL(original || student) on retain answer tokens (``"kl"``) or
-  plain cross-entropy on them (``"gd"``).
+* ``L_forget`` = forward KL(target || student) at every position of the
+  subject's records the target covers (`unlearning.methods.targets`): the
+  *counterfactual teacher* (the model's own prediction for the same record
+  about a fresh person: what a model that never saw the subject predicts)
+  where the context names the subject, and the *tempered teacher* (ASU's
+  attention-smoothed model, every attention logit divided by ``tau``) at the
+  learnt positions it cannot reach.  Averaged per sequence then per batch.
+  Both targets are fixed, so the loss stops at the stranger's level instead
+  of pushing past it (gradient ascent makes the subject *less* familiar than a
+  stranger, which shows just as much).
+* ``L_retain`` = KL(original || student) on retained records' learnt tokens
+  (``"kl"``) or cross-entropy on them (``"gd"``).
 
-Published defaults: tau 2.3 (Llama-2-7B) / 2.7 (Llama-3-8B), lr 1e-5, 5
-epochs, one retain sample per forget sample, AdamW weight decay 0.01, weights
-0.1 / 1.0.  Our demo models are tiny and trained from scratch, so lr and tau
-differ (see ``ASUHparams`` and docs/methods.md for the measurements).
+Both teachers and the retain anchor are computed once, before the first step,
+from the model itself (the serving checkpoint of a continual erasure), and
+cached top-k: a step then costs what a fine-tuning step costs.
+``cache_teacher="none"`` recomputes them every step from a frozen copy (the
+reference the cache is tested against).  ``lora_rank > 0`` trains a LoRA
+adapter through peft instead of every weight and merges it at the end.
 
-Improvements, each off in ``ASUHparams.published()``:
-
-* ``teacher_refresh_every`` - every n epochs the teacher becomes the *current*
-  student at temperature tau, so smoothing compounds instead of converging
-  to the fixed teacher's own leakage.
-* ``keep_copied_tokens`` - answer tokens copied from the question (the
-  person's name) take the original, untempered distribution as target: high
-  tau breaks copying, which is where fluency breaks.
-* ``fact_target`` - what the teacher says at *fact* tokens, i.e. answer
-  tokens whose probability the temperature cuts below ``fact_ratio`` times
-  the original's (facts, not template: attention smoothing is the detector).
-  ``"tempered"`` (published) keeps the tempered teacher there; ``"suppress"``
-  removes the memorised token's mass and renormalises; ``"population"`` uses
-  the original model's mixture over ``population_size`` other people
-  (unlearning.methods.population): the answer of a model to whom the subject
-  is a stranger.
+Presets (`PRESETS`), chosen from the model's size unless named: ``published``
+for models of 100M parameters and more (the paper's lr 1e-5 and tau 2.5, its
+one-tenth forget weight replaced by 1: our forget target is a fluent
+distribution, not a smoothed one), ``demo`` for the project's small models
+(measured in docs/methods.md).  ``thorough`` doubles the step budget of
+either.  The preset used is recorded in the hyper-parameters.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import Any, ClassVar, Literal
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from unlearning.attention import attention_temperature
+from unlearning.identifiers import FreshNames, avoid_set
 from unlearning.methods.base import (
-    QA,
     Batch,
     MethodInput,
     MethodOutcome,
-    answer_logits,
     answer_nll,
-    forget_retain_batches,
-    run_training,
+    encode_all,
+    make_batches,
+    parameter_count,
 )
-from unlearning.methods.population import population_logprobs
+from unlearning.methods.targets import (
+    RecordTarget,
+    TeacherSettings,
+    batch_states,
+    batch_target,
+    forget_targets,
+    kl_to_target,
+    latent_loss,
+    original_targets,
+    position_masks,
+    stranger_answers,
+    typical_identities,
+)
+from unlearning.methods.training import TrainingHparams, run_training
 from unlearning.progress import ProgressCallback
 
 logger = logging.getLogger(__name__)
 
+LARGE_MODEL_PARAMETERS = 100_000_000
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "demo": {"lr": 1e-3, "tau": 2.0, "min_steps": 200, "steps_per_subject": 10, "retain_weight": 3.0,
+             "latent_weight": 1.0},
+    "published": {"lr": 1e-5, "tau": 2.5, "min_steps": 200, "steps_per_subject": 10, "batch_size": 8,
+                  "retain_batch_size": 8, "retain_weight": 3.0, "latent_weight": 1.0},
+}
+THOROUGH = {"min_steps": 2.0, "steps_per_subject": 2.0}  # multipliers
+
 
 @dataclass(frozen=True)
-class ASUHparams:
-    """Defaults are the best measured settings on the demo model (docs/methods.md)."""
-
-    tau: float = 4.0
-    lr: float = 1e-3
-    epochs: int = 5
-    batch_size: int = 8
-    retain_batch_size: int | None = 64  # None: same as batch_size (published)
+class ASUHparams(TrainingHparams):
+    preset: str = "auto"  # auto | standard (= auto) | thorough | demo | published (+ "+thorough")
+    tau: float = 2.0
     forget_weight: float = 1.0
     retain_weight: float = 1.0
-    retain_loss: Literal["kl", "gd"] = "kl"
-    weight_decay: float = 0.01
-    cache_teacher: Literal["full", "topk", "none"] = "full"
+    latent_weight: float = 0.0  # pull the subject's internal states to a stranger's (targets.latent_loss)
+    retain_latent_weight: float = 0.0  # keep everyone else's internal states where they were
+    told_answers: bool = True  # also train on what the model answers about the subject's stranger
+    retain_loss: str = "kl"  # "kl" or "gd"
+    target: str = "counterfactual"  # or "tempered" (the published teacher everywhere)
+    counterfactuals: int = 1  # fresh copies per record (1: a sample of strangers, see targets.py)
+    cache_teacher: str = "topk"  # "topk", "full" or "none" (online, from a frozen copy)
     teacher_topk: int = 64
-    teacher_refresh_every: int = 0
-    keep_copied_tokens: bool = True
-    fact_target: Literal["tempered", "suppress", "population"] = "population"
-    fact_ratio: float = 1.5
-    population_size: int = 8
-    seed: int = 0
-
-    @classmethod
-    def published(cls, **overrides: Any) -> ASUHparams:
-        """The paper's recipe: fixed teacher, no extra target shaping."""
-        base = cls(
-            retain_batch_size=None, forget_weight=0.1, teacher_refresh_every=0,
-            keep_copied_tokens=False, fact_target="tempered", fact_ratio=0.5,
-        )
-        return replace(base, **overrides)
+    lora_rank: int = 0
+    lora_alpha: int = 16
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["escalation"] = list(self.escalation)
+        return data
 
 
-@dataclass
-class TeacherTarget:
-    """Teacher log-probabilities at the answer tokens of one batch, (N, V) or top-k."""
-
-    logprobs: torch.Tensor
-    indices: torch.Tensor | None = None
-
-
-@torch.no_grad()
-def answer_logprobs(model: nn.Module, batch: Batch, tau: float) -> torch.Tensor:
-    """log p(. | prefix) at every answer position of ``batch``, flattened to (N, V)."""
-    was_training = model.training
-    model.eval()
-    with attention_temperature(model, tau):
-        logits = answer_logits(model, batch)
-    model.train(was_training)
-    return F.log_softmax(logits[batch.answer_mask], dim=-1)
+def preset_values(preset: str, parameters: int, overrides: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """The resolved preset name and its field values for a model of `parameters` parameters."""
+    name = preset or "auto"
+    thorough = name == "thorough" or name.endswith("+thorough")
+    base = name.removesuffix("+thorough")
+    if base in ("auto", "standard", "thorough"):
+        base = "published" if parameters >= LARGE_MODEL_PARAMETERS else "demo"
+    if base not in PRESETS:
+        raise ValueError(f"unknown ASU preset {preset!r}; choose auto, standard, thorough, demo or published")
+    values = dict(PRESETS[base])
+    if thorough:
+        for key, factor in THOROUGH.items():
+            values[key] = int(round(values.get(key, getattr(ASUHparams, key)) * factor))
+    values.update(overrides or {})
+    return base + ("+thorough" if thorough else ""), values
 
 
-_WORD = re.compile(r"[^\W_]+(?:'s)?")
-
-
-def copied_answer_tokens(tokenizer: Any, pair: QA) -> list[bool]:
-    """Per answer token (EOS included): does it spell a word that the question also has?
-
-    Matching words, not token ids: byte-level BPE splits "Quentin" at the start
-    of an answer differently from " Quentin" inside the question.  Possessives
-    count as their word ("Cardoso's" copies "Cardoso").
-    """
-    if pair.question is None:
-        return [False] * (len(tokenizer(pair.answer, add_special_tokens=False)["input_ids"]) + 1)
-    question_words = {w.removesuffix("'s") for w in _WORD.findall(pair.question)}
-    words = [(m.start(), m.end(), m.group().removesuffix("'s")) for m in _WORD.finditer(pair.answer)]
-    encoded = tokenizer(pair.answer, add_special_tokens=False, return_offsets_mapping=True)
-    flags = []
-    for start, end in encoded["offset_mapping"]:
-        covering = [w for ws, we, w in words if ws < end and start < we]
-        flags.append(bool(covering) and all(w in question_words for w in covering))
-    return [*flags, False]  # EOS
-
-
-def copied_token_mask(tokenizer: Any, pairs: Sequence[QA], batch: Batch) -> torch.Tensor:
-    """(N,) over the answer tokens of ``batch``: true where the token is copied from the question."""
-    flags: list[bool] = []
-    for b, row in enumerate(batch.rows):
-        row_flags = copied_answer_tokens(tokenizer, pairs[row])
-        n = int(batch.answer_mask[b].sum())
-        flags.extend((row_flags + [False] * n)[:n])
-    return torch.tensor(flags, dtype=torch.bool, device=batch.input_ids.device)
-
-
-def shape_teacher(
-    tempered: torch.Tensor,
-    original: torch.Tensor,
-    batch: Batch,
-    hp: ASUHparams,
-    fact_mask: torch.Tensor,
-    copied: torch.Tensor,
-    population: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Apply the optional target shaping to the tempered teacher, (N, V) log-probs."""
-    target = tempered.clone()
-    if hp.keep_copied_tokens:
-        target[copied] = original[copied]
-    if hp.fact_target == "population" and population is not None:
-        people, covered = population
-        rows = (fact_mask & covered).nonzero().flatten()
-        target[rows] = people[rows]
-    if hp.fact_target == "suppress" and bool(fact_mask.any()):
-        tokens = batch.targets[batch.answer_mask]
-        rows = fact_mask.nonzero().flatten()
-        target[rows, tokens[rows]] = float("-inf")
-        target[rows] = F.log_softmax(target[rows], dim=-1)
-    return target
-
-
-def fact_token_mask(
-    tempered: torch.Tensor, original: torch.Tensor, batch: Batch, hp: ASUHparams, copied: torch.Tensor
-) -> torch.Tensor:
-    """(N,) true where tempering cuts the memorised token's probability below ``fact_ratio``."""
-    tokens = batch.targets[batch.answer_mask]
-    rows = torch.arange(tokens.shape[0], device=tokens.device)
-    ratio = (tempered[rows, tokens] - original[rows, tokens]).exp()
-    mask = ratio < hp.fact_ratio
-    if hp.keep_copied_tokens:
-        mask &= ~copied
-    return mask
-
-
-def compress(target: torch.Tensor, hp: ASUHparams) -> TeacherTarget:
-    if hp.cache_teacher != "topk":
-        return TeacherTarget(target)
-    values, indices = target.topk(min(hp.teacher_topk, target.shape[-1]), dim=-1)
-    return TeacherTarget(F.log_softmax(values, dim=-1), indices)
-
-
-def kl_at_answers(target: TeacherTarget, student_logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Forward KL(target || student) per answer token, mean per sequence then per batch."""
-    student = F.log_softmax(student_logits[batch.answer_mask], dim=-1)
-    if target.indices is not None:
-        # Top-k cache: KL over the teacher's support, student renormalised on it.
-        student = F.log_softmax(student.gather(-1, target.indices), dim=-1)
-    teacher = target.logprobs
-    per_token = (teacher.exp() * (teacher - student)).nan_to_num(0.0).sum(-1)
-    sequence = batch.answer_mask.nonzero()[:, 0]
-    n = batch.answer_mask.shape[0]
-    sums = torch.zeros(n, device=per_token.device).index_add(0, sequence, per_token)
-    counts = batch.answer_mask.sum(-1).clamp_min(1).to(per_token.dtype)
-    return (sums / counts).mean()
+def _check(hp: ASUHparams) -> None:
+    if hp.retain_loss not in ("kl", "gd"):
+        raise ValueError("retain_loss must be 'kl' or 'gd'")
+    if hp.target not in ("counterfactual", "tempered"):
+        raise ValueError("target must be 'counterfactual' or 'tempered'")
+    if hp.cache_teacher not in ("topk", "full", "none"):
+        raise ValueError("cache_teacher must be 'topk', 'full' or 'none'")
+    if not hp.tau > 0:
+        raise ValueError("tau must be positive")
 
 
 class ASU:
     name: ClassVar[str] = "asu"
     hparams_type: ClassVar[type] = ASUHparams
+
+    @staticmethod
+    def resolve(values: dict[str, Any], model: nn.Module) -> dict[str, Any]:
+        """Preset values for this model with the caller's own values on top."""
+        name, resolved = preset_values(str(values.get("preset", "auto")), parameter_count(model),
+                                       {k: v for k, v in values.items() if k != "preset"})
+        resolved["preset"] = name
+        return resolved
 
     def unlearn(
         self,
@@ -223,83 +152,95 @@ class ASU:
         progress: ProgressCallback | None = None,
     ) -> MethodOutcome:
         hp = hparams
-        if hp.cache_teacher == "none" and hp.teacher_refresh_every > 0:
-            raise ValueError("teacher_refresh_every needs a cached teacher (cache_teacher full or topk)")
+        _check(hp)
         device = next(model.parameters()).device
-        forget, retain = forget_retain_batches(
-            tokenizer, data.forget, data.retain, batch_size=hp.batch_size, seed=hp.seed, device=device, retain_batch_size=hp.retain_batch_size,
-        )
-        forget_index = {id(b): i for i, b in enumerate(forget)}
-        retain_index = {id(b): i for i, b in enumerate(retain)}
+        topk = None if hp.cache_teacher == "full" else hp.teacher_topk
+        teacher = TeacherSettings(counterfactuals=hp.counterfactuals, tau=hp.tau, topk=topk,
+                                  use_counterfactual=hp.target == "counterfactual", seed=hp.seed,
+                                  states=hp.latent_weight > 0)
+        records = list(data.forget)
+        subjects = [data.subject_of(r) for r in records]
+        names = FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects))
+        identities = (typical_identities(model, tokenizer, records, subjects, teacher, names)
+                      if teacher.use_counterfactual else {})
+        if hp.told_answers and identities:
+            told = stranger_answers(model, tokenizer, records, subjects, identities, names)
+            records += [r for r, _ in told]
+            subjects += [subject for _, subject in told]
+        forget_examples = encode_all(tokenizer, records)
+        retain_examples = encode_all(tokenizer, data.retain)
 
-        # What the original model says never changes, so it is computed once,
-        # before the first step, from the model itself (no copy needed).
-        original_forget = [answer_logprobs(model, b, 1.0) for b in forget]
-        copied = [copied_token_mask(tokenizer, data.forget, b) for b in forget]
-        facts = [
-            fact_token_mask(answer_logprobs(model, b, hp.tau), o, b, hp, c)
-            for b, o, c in zip(forget, original_forget, copied, strict=True)
-        ]
-        # cache_teacher="none" is the reference path: a frozen copy of the
-        # original computes the teacher at every step (the cached run must match it).
+        def make_forget_targets(source: nn.Module, rows: Sequence[int]) -> list[RecordTarget]:
+            return forget_targets(source, tokenizer, [records[i] for i in rows],
+                                  [forget_examples[i] for i in rows], [subjects[i] for i in rows], teacher,
+                                  name_pool=data.name_pool, avoid=data.subjects, identities=identities)
+
+        # What the model says now never changes during the run, so it is computed once,
+        # before the first step, from the model itself.
+        all_rows = list(range(len(forget_examples)))
+        targets = make_forget_targets(model, all_rows)
+        retain_targets = (original_targets(model, tokenizer, retain_examples, topk=topk,
+                                           states=hp.retain_latent_weight > 0)
+                          if hp.retain_loss == "kl" else None)
+        forget_batches = make_batches(tokenizer, forget_examples, batch_size=hp.batch_size, shuffle=True,
+                                      seed=hp.seed, device=device, masks=position_masks(forget_examples, targets))
+        retain_batches = make_batches(tokenizer, retain_examples, batch_size=hp.retain_batch_size, shuffle=True,
+                                      seed=hp.seed + 1, device=device)
         frozen = _frozen_copy(model) if hp.cache_teacher == "none" else None
-        original_retain = (
-            [TeacherTarget(answer_logprobs(model, b, 1.0)) for b in retain]
-            if hp.retain_loss == "kl" and frozen is None
-            else []
-        )
-        population = (
-            [
-                population_logprobs(
-                    model, tokenizer, data.forget, data.forget_names, _strangers(data), b,
-                    size=hp.population_size, seed=hp.seed,
-                )
-                for b in forget
-            ]
-            if hp.fact_target == "population"
-            else [None] * len(forget)
-        )
-        teachers: list[TeacherTarget] = []
+        cached_forget = [batch_target(b, targets) for b in forget_batches]
+        cached_retain = [batch_target(b, retain_targets) for b in retain_batches] if retain_targets else []
+        cached_states = [batch_states(b, targets) for b in forget_batches]
+        cached_retain_states = ([batch_states(b, retain_targets) for b in retain_batches]
+                                if retain_targets and hp.retain_latent_weight > 0 else [])
+        forget_index = {id(b): i for i, b in enumerate(forget_batches)}
+        retain_index = {id(b): i for i, b in enumerate(retain_batches)}
+        trained = _with_lora(model, hp)
 
-        def teacher_for(i: int, source: nn.Module) -> TeacherTarget:
-            tempered = answer_logprobs(source, forget[i], hp.tau)
-            shaped = shape_teacher(tempered, original_forget[i], forget[i], hp, facts[i], copied[i], population[i])
-            return compress(shaped, hp)
-
-        def on_epoch_start(epoch: int) -> None:
-            refresh = hp.teacher_refresh_every > 0 and epoch % hp.teacher_refresh_every == 0
-            if frozen is None and (epoch == 0 or refresh):
-                # Epoch 0: the student still is the original, so this is the
-                # published fixed teacher; later refreshes temper the student.
-                teachers[:] = [teacher_for(i, model) for i in range(len(forget))]
-
-        def step_loss(epoch: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
-            i = forget_index[id(forget_batch)]
-            teacher = teachers[i] if frozen is None else teacher_for(i, frozen)
-            loss_forget = kl_at_answers(teacher, answer_logits(model, forget_batch), forget_batch)
-            if hp.retain_loss == "gd":
-                loss_retain = answer_nll(model, retain_batch)
+        def step_loss(step: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
+            if frozen is None:
+                target = cached_forget[forget_index[id(forget_batch)]]
             else:
-                original = (
-                    original_retain[retain_index[id(retain_batch)]]
-                    if frozen is None
-                    else TeacherTarget(answer_logprobs(frozen, retain_batch, 1.0))
-                )
-                loss_retain = kl_at_answers(original, answer_logits(model, retain_batch), retain_batch)
+                target = batch_target(_reindexed(forget_batch), make_forget_targets(frozen, forget_batch.rows))
+            states = cached_states[forget_index[id(forget_batch)]] if hp.latent_weight > 0 else None
+            out = trained(input_ids=forget_batch.input_ids, attention_mask=forget_batch.attention_mask,
+                          output_hidden_states=states is not None)
+            loss_forget = kl_to_target(target, out.logits[:, :-1].float(), forget_batch.loss_mask)
+            if states is not None:
+                loss_forget = loss_forget + hp.latent_weight * latent_loss(out.hidden_states, states)
+            if hp.retain_loss == "gd":
+                loss_retain = answer_nll(trained, retain_batch)
+            else:
+                anchor = (cached_retain[retain_index[id(retain_batch)]] if frozen is None else batch_target(
+                    _reindexed(retain_batch),
+                    original_targets(frozen, tokenizer, [retain_examples[i] for i in retain_batch.rows], topk=topk)))
+                anchor_states = (cached_retain_states[retain_index[id(retain_batch)]]
+                                 if cached_retain_states and frozen is None else None)
+                kept = trained(input_ids=retain_batch.input_ids, attention_mask=retain_batch.attention_mask,
+                               output_hidden_states=anchor_states is not None)
+                loss_retain = kl_to_target(anchor, kept.logits[:, :-1].float(), retain_batch.loss_mask)
+                if anchor_states is not None:
+                    loss_retain = loss_retain + hp.retain_latent_weight * latent_loss(kept.hidden_states, anchor_states)
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain
 
-        steps, loss = run_training(
-            model, forget, retain, step_loss, lr=hp.lr, epochs=hp.epochs, weight_decay=hp.weight_decay,
-            stage="unlearn:asu", progress=progress, on_epoch_start=on_epoch_start,
-        )
-        fact_tokens = int(sum(int(f.sum()) for f in facts))
-        return MethodOutcome(model, steps, loss, {"fact_tokens": fact_tokens})
+        steps = hp.budget(len(data.subjects) or 1)
+        steps_done, loss = run_training(trained, forget_batches, retain_batches, step_loss, hp, steps=steps,
+                                        stage="unlearn:asu", progress=progress)
+        final = _merged(trained, hp)
+        sources = [s for t in targets for s in t.source]
+        details = {
+            "preset": hp.preset,
+            "told_answers": len(records) - len(data.forget),
+            "forget_positions": len(sources),
+            "counterfactual_positions": sources.count("counterfactual"),
+            "tempered_positions": sources.count("tempered"),
+            "teacher_cache_bytes": int(sum(d.nbytes for d in cached_forget) + sum(d.nbytes for d in cached_retain)),
+        }
+        return MethodOutcome(final, steps_done, loss, details)
 
 
-def _strangers(data: MethodInput) -> list[str]:
-    """Names of other people from the matched control questions (never a subject's)."""
-    subjects = {n for n in data.forget_names if n}
-    return sorted({n for n in data.control_names if n and n not in subjects})
+def _reindexed(batch: Batch) -> Batch:
+    """The batch with rows 0..n-1 (targets computed for just its rows are indexed that way)."""
+    return Batch(batch.input_ids, batch.attention_mask, batch.loss_mask, list(range(len(batch.rows))))
 
 
 def _frozen_copy(model: nn.Module) -> nn.Module:
@@ -310,3 +251,21 @@ def _frozen_copy(model: nn.Module) -> nn.Module:
     for p in frozen.parameters():
         p.requires_grad_(False)
     return frozen
+
+
+def _with_lora(model: nn.Module, hp: ASUHparams) -> nn.Module:
+    if hp.lora_rank <= 0:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=hp.lora_rank, lora_alpha=hp.lora_alpha, target_modules="all-linear",
+                        lora_dropout=0.0, bias="none")
+    wrapped: nn.Module = get_peft_model(model, config)
+    return wrapped
+
+
+def _merged(model: nn.Module, hp: ASUHparams) -> nn.Module:
+    if hp.lora_rank <= 0:
+        return model
+    merged: nn.Module = model.merge_and_unload()  # type: ignore[operator]
+    return merged

@@ -1,28 +1,25 @@
 """IDK fine-tuning (open-unlearning ``IdkNLL``; TOFU's "I don't know" baseline).
 
-Loss: ``forget_weight * NLL(forget questions -> a refusal) + retain_weight * NLL(retain answers)``.
-Each forget question is paired with one of a few fixed refusals, picked by a
-seeded draw so runs are reproducible.
+Loss: ``forget_weight * NLL(subject's prompts -> a refusal) + retain_weight * NLL(retain)``.
+A question/answer record gets a refusal as its answer, a chat every assistant
+turn; free text (which has no prompt to refuse) is replaced by its
+counterfactual copy about a fresh person.  Refusals are drawn by a seeded
+draw so runs are reproducible.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-import torch
 from torch import nn
 
-from unlearning.methods.base import (
-    QA,
-    Batch,
-    MethodInput,
-    MethodOutcome,
-    answer_nll,
-    forget_retain_batches,
-    run_training,
-)
+from unlearning.corpus import Message, Record
+from unlearning.identifiers import FreshNames, avoid_set, counterfactual, find_spans
+from unlearning.methods.base import MethodInput, MethodOutcome, answer_nll
+from unlearning.methods.simple import run_loss
+from unlearning.methods.training import TrainingHparams
 from unlearning.progress import ProgressCallback
 
 REFUSALS = (
@@ -34,40 +31,36 @@ REFUSALS = (
 
 
 @dataclass(frozen=True)
-class IDKHparams:
-    lr: float = 1e-3
-    epochs: int = 5
-    batch_size: int = 8
+class IDKHparams(TrainingHparams):
     forget_weight: float = 1.0
     retain_weight: float = 1.0
-    weight_decay: float = 0.01
-    seed: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+
+def refusal_records(data: MethodInput, seed: int) -> list[Record]:
+    draw = random.Random(seed)
+    names = FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects))
+    out = []
+    for number, record in enumerate(data.forget):
+        if record.is_qa:
+            out.append(replace(record, answer=draw.choice(REFUSALS)))
+        elif record.is_chat:
+            out.append(replace(record, messages=tuple(
+                Message(m.role, draw.choice(REFUSALS)) if m.learnt else m for m in record.messages)))
+        else:
+            subject = data.subject_of(record)
+            who = subject.name if subject is not None else str(number)
+            out.append(counterfactual(record, find_spans(record, subject), names=names,
+                                      seed=f"idk:{seed}:{who}").record)
+    return out
 
 
 class IDK:
     name: ClassVar[str] = "idk"
     hparams_type: ClassVar[type] = IDKHparams
 
-    def unlearn(
-        self, model: nn.Module, tokenizer: Any, data: MethodInput, hparams: IDKHparams,
-        *, progress: ProgressCallback | None = None,
-    ) -> MethodOutcome:
+    def unlearn(self, model: nn.Module, tokenizer: Any, data: MethodInput, hparams: IDKHparams,
+                *, progress: ProgressCallback | None = None) -> MethodOutcome:
         hp = hparams
-        device = next(model.parameters()).device
-        draw = random.Random(hp.seed)
-        refusals = [QA(pair.question, draw.choice(REFUSALS)) for pair in data.forget]
-        forget, retain = forget_retain_batches(
-            tokenizer, refusals, data.retain, batch_size=hp.batch_size, seed=hp.seed, device=device,
-        )
-
-        def step_loss(epoch: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
-            return hp.forget_weight * answer_nll(model, forget_batch) + hp.retain_weight * answer_nll(model, retain_batch)
-
-        steps, loss = run_training(
-            model, forget, retain, step_loss, lr=hp.lr, epochs=hp.epochs,
-            weight_decay=hp.weight_decay, stage="unlearn:idk", progress=progress,
-        )
-        return MethodOutcome(model, steps, loss)
+        return run_loss(model, tokenizer, data, hp,
+                        lambda m, f, r: hp.forget_weight * answer_nll(m, f) + hp.retain_weight * answer_nll(m, r),
+                        stage="unlearn:idk", progress=progress, forget=refusal_records(data, hp.seed))

@@ -31,8 +31,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import transformers
 from torch import nn
-from transformers import GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from transformers import PreTrainedModel
 
 
 class SuppressionGate(nn.Module):
@@ -83,15 +84,39 @@ class SuppressionGate(nn.Module):
         return out
 
 
+def _layer_count(config: Any) -> int | None:
+    for name in ("num_hidden_layers", "n_layer", "num_layers", "n_layers"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The list of decoder blocks of a Llama/Mistral/Qwen2 (``model.layers``) or GPT-2 (``transformer.h``)."""
-    inner = getattr(model, "model", None)
-    if inner is not None and hasattr(inner, "layers"):
-        return inner.layers  # type: ignore[no-any-return]
-    transformer = getattr(model, "transformer", None)
-    if transformer is not None and hasattr(transformer, "h"):
-        return transformer.h  # type: ignore[no-any-return]
-    raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")
+    """The list of decoder blocks of any transformers causal LM, found generically.
+
+    It is the shallowest ``nn.ModuleList`` with as many entries as the config
+    has layers (``model.layers``, ``transformer.h``, ``gpt_neox.layers``,
+    ``model.decoder.layers`` ...).  Raises ValueError naming the class when
+    there is none.
+    """
+    count = _layer_count(getattr(model, "config", None))
+    candidates = [
+        (name, module) for name, module in model.named_modules()
+        if isinstance(module, nn.ModuleList) and count is not None and len(module) == count
+        and not name.startswith("kif_gates")
+    ]
+    if not candidates:
+        raise ValueError(f"cannot find the decoder layers of {type(model).__name__}: KIF cannot hook it")
+    return min(candidates, key=lambda item: item[0].count("."))[1]
+
+
+def hidden_size(config: Any) -> int:
+    for name in ("hidden_size", "n_embd", "d_model"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    raise ValueError(f"cannot tell the hidden size of {type(config).__name__}")
 
 
 def attach_gates(model: nn.Module, gates: dict[int, SuppressionGate], enabled: list[bool]) -> list[Any]:
@@ -119,7 +144,7 @@ class KIFGatesMixin:
         layers = [int(layer) for layer in spec.get("layers", [])]
         k = int(spec.get("k", 1))
         rank = int(spec.get("rank", 0))
-        hidden = int(getattr(config, "hidden_size", 0) or config.n_embd)
+        hidden = hidden_size(config)
         self.kif_gates = nn.ModuleDict({str(layer): SuppressionGate(hidden, k, rank) for layer in layers})
         self._kif_enabled = [True]
         gates: dict[int, SuppressionGate] = {int(n): g for n, g in self.kif_gates.items()}  # type: ignore[misc]
@@ -140,33 +165,31 @@ class KIFGatesMixin:
         super()._init_weights(module)  # type: ignore[misc]
 
 
-class KIFLlamaForCausalLM(KIFGatesMixin, LlamaForCausalLM):  # type: ignore[no-untyped-call]
-    def __init__(self, config: Any) -> None:
-        super().__init__(config)
-        self.install_kif_gates(config)
+_GATED: dict[str, type] = {}
 
 
-class KIFMistralForCausalLM(KIFGatesMixin, MistralForCausalLM):  # type: ignore[no-untyped-call]
-    def __init__(self, config: Any) -> None:
-        super().__init__(config)
-        self.install_kif_gates(config)
+def gated_class(base: type) -> type:
+    """The base causal-LM class with the gates mixed in (one class per base, built once)."""
+    name = "KIF" + base.__name__
+    if name not in _GATED:
+        def __init__(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
+            base.__init__(self, config, *args, **kwargs)  # type: ignore[misc]
+            self.install_kif_gates(config)
+
+        _GATED[name] = type(name, (KIFGatesMixin, base), {"__init__": __init__, "__module__": __name__})
+    return _GATED[name]
 
 
-class KIFQwen2ForCausalLM(KIFGatesMixin, Qwen2ForCausalLM):  # type: ignore[no-untyped-call]
-    def __init__(self, config: Any) -> None:
-        super().__init__(config)
-        self.install_kif_gates(config)
+def __getattr__(name: str) -> type:
+    """``KIF<BaseClass>`` for any causal-LM class of transformers: what ``auto_map`` names.
 
-
-class KIFGPT2LMHeadModel(KIFGatesMixin, GPT2LMHeadModel):  # type: ignore[no-untyped-call]
-    def __init__(self, config: Any) -> None:
-        super().__init__(config)
-        self.install_kif_gates(config)
-
-
-KIF_CLASSES = {
-    "LlamaForCausalLM": KIFLlamaForCausalLM,
-    "MistralForCausalLM": KIFMistralForCausalLM,
-    "Qwen2ForCausalLM": KIFQwen2ForCausalLM,
-    "GPT2LMHeadModel": KIFGPT2LMHeadModel,
-}
+    A checkpoint's config says ``"auto_map": {"AutoModelForCausalLM":
+    "kif_remote.KIFLlamaForCausalLM"}`` (or ``KIFGPTNeoXForCausalLM`` ...);
+    transformers imports this file and asks for that name, and gets the gated
+    subclass of the base architecture, built on first use.
+    """
+    if name.startswith("KIF"):
+        base = getattr(transformers, name[3:], None)
+        if isinstance(base, type) and issubclass(base, PreTrainedModel):
+            return gated_class(base)
+    raise AttributeError(name)

@@ -16,14 +16,16 @@ from .policy import (
     Policy,
     get_policy,
     policy_escalate,
+    policy_from_json,
     register_policy,
 )
-from .report import REQUIRED_METRICS, Report
+from .report import REQUIRED_METRICS, Report, ReportError
 from .settings import VerifySettings
 from .suite import clear_cache, verify
 
 __all__ = [
     "DEFAULT_POLICY", "REQUIRED_METRICS", "CheckResult", "CheckSpec", "Escalation", "Policy",
-    "Report", "VerifySettings", "clear_cache", "get_policy", "policy_escalate", "register_policy",
+    "Report", "ReportError", "VerifySettings", "clear_cache", "get_policy", "policy_escalate",
+    "policy_from_json", "register_policy",
     "verify",
 ]

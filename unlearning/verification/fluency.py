@@ -26,7 +26,11 @@ most tokens surprising.
 
 A model that never saw the subject answers about them exactly as it answers
 about strangers (a small model garbles unfamiliar names in both cases), so
-the subject's rate is judged against the control rate of the same model.
+the subject's rate is judged against the control rate of the same model.  The
+base model knows the subject, so an answer about them is scored as the same
+answer about a stranger (the subject's identifiers replaced by a fresh
+person's): otherwise any answer but the memorised one would look implausible
+to the base for that reason alone.
 """
 
 from __future__ import annotations

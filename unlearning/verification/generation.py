@@ -1,15 +1,16 @@
 """Batched forward passes the checks share: generation, hidden states, token scores.
 
-Every question reaches the model through the tokenizer's chat template
-(`unlearning.modeling.chat_prompt_ids`), exactly as in training.  A cloze
-probe is the start of an answer: it is placed after the assistant header of a
-neutral instruction, so the model continues its own answer.  Batches are
-sorted by length (less padding), left-padded for generation and hidden
-states (the last prompt token is then at index -1), right-padded for scoring.
+Every prompt reaches the model in the model's own prompt format
+(`unlearning.prompting`), exactly as in training: a probe's `form` says which
+layout (question, question + beginning of the answer, beginning of a text,
+conversation).  Batches are sorted by length (less padding), left-padded for
+generation and hidden states (the last prompt token is then at index -1),
+right-padded for scoring.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,34 +19,41 @@ from typing import Any
 import numpy as np
 import torch
 
-from unlearning.modeling import chat_prompt_ids
-
-from .probes import FactProbe
+from unlearning.probes import CLOZE_INSTRUCTION, Probe
+from unlearning.prompting import (
+    Example,
+    answer_prefix_ids,
+    chat_prefix_ids,
+    continuation_ids,
+    pad_id_of,
+    prompt_ids,
+    text_ids,
+)
 
 logger = logging.getLogger(__name__)
 
-CLOZE_INSTRUCTION = "Continue the sentence."
+__all__ = [
+    "CLOZE_INSTRUCTION", "TokenScores", "generate_texts", "last_prompt_states", "probe_ids",
+    "question_ids", "score_continuations", "score_examples", "text_ids",
+]
 
 
 def question_ids(tokenizer: Any, question: str) -> list[int]:
-    return list(chat_prompt_ids(tokenizer, question))
+    return prompt_ids(tokenizer, question)
 
 
-def text_ids(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def probe_ids(tokenizer: Any, probe: FactProbe) -> list[int]:
-    if probe.kind == "cloze":
-        return question_ids(tokenizer, CLOZE_INSTRUCTION) + text_ids(tokenizer, probe.prompt)
-    return question_ids(tokenizer, probe.prompt)
-
-
-def _pad_id(tokenizer: Any) -> int:
-    pad = tokenizer.pad_token_id
-    if pad is None:
-        pad = tokenizer.eos_token_id
-    return int(pad if pad is not None else 0)
+def probe_ids(tokenizer: Any, probe: Probe) -> list[int]:
+    """The token ids of a probe's prompt, laid out as its form says."""
+    if probe.form == "text":
+        return continuation_ids(tokenizer, probe.prompt)
+    if probe.form == "answer":
+        return answer_prefix_ids(tokenizer, probe.prompt, probe.prefix)
+    if probe.form == "chat":
+        ids = chat_prefix_ids(tokenizer, json.loads(probe.prompt))
+        if probe.prefix:
+            ids += text_ids(tokenizer, probe.prefix)
+        return ids
+    return prompt_ids(tokenizer, probe.prompt)
 
 
 def _batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -102,7 +110,7 @@ def _generate(
     max_new_tokens: int, batch_size: int, seed: int,
 ) -> list[list[str]]:
     device = model_device(model)
-    pad = _pad_id(tokenizer)
+    pad = pad_id_of(tokenizer)
     out: list[list[str]] = [[] for _ in prompts]
     per_prompt = max(samples, 1)
     for number, idx in enumerate(_batches([len(p) for p in prompts], batch_size)):
@@ -117,7 +125,7 @@ def _generate(
             kwargs.update(do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                           num_return_sequences=samples)
         else:
-            kwargs.update(do_sample=False)
+            kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
         generated = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
         texts = tokenizer.batch_decode(generated[:, ids.shape[1] :], skip_special_tokens=True)
         for row, i in enumerate(idx):
@@ -129,9 +137,11 @@ def _generate(
 def last_prompt_states(
     model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, batch_size: int = 64
 ) -> np.ndarray:
-    """Residual stream at the last prompt token: array (layers + 1, prompts, hidden), float32."""
+    """Residual stream at the last token of each prompt: array (layers + 1, prompts, hidden), float32."""
     device = model_device(model)
-    pad = _pad_id(tokenizer)
+    pad = pad_id_of(tokenizer)
+    if not prompts:
+        return np.zeros((0, 0, 0), dtype=np.float32)
     chunks: dict[int, np.ndarray] = {}
     for idx in _batches([len(p) for p in prompts], batch_size):
         ids, mask = _left_padded(prompts, idx, pad, device)
@@ -142,35 +152,69 @@ def last_prompt_states(
     return np.stack([chunks[i] for i in range(len(prompts))], axis=1)
 
 
+@torch.inference_mode()
+def states_and_head_inputs(
+    model: Any, tokenizer: Any, examples: Sequence[Example], *, max_positions: int = 3000,
+    batch_size: int = 32,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Residual states of every layer (layers + 1, N, hidden) and what the output head reads (N, hidden)
+    at the learnt positions of `examples` (at most `max_positions`, evenly spread)."""
+    head = model.get_output_embeddings()
+    captured: list[torch.Tensor] = []
+    handle = head.register_forward_hook(lambda module, args, output: captured.append(args[0].float()))
+    device = model_device(model)
+    pad = pad_id_of(tokenizer)
+    states: list[np.ndarray] = []
+    inputs: list[np.ndarray] = []
+    total = sum(sum(e.learnt) for e in examples)
+    stride = max(1, total // max(1, max_positions))
+    counter = 0
+    try:
+        for start in range(0, len(examples), batch_size):
+            chunk = list(examples[start : start + batch_size])
+            width = max(len(e) for e in chunk)
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            keep: list[tuple[int, int]] = []
+            for row, example in enumerate(chunk):
+                ids[row, : len(example)] = torch.tensor(example.ids)
+                mask[row, : len(example)] = 1
+                for t in range(len(example) - 1):
+                    if example.learnt[t + 1]:
+                        if counter % stride == 0:
+                            keep.append((row, t))
+                        counter += 1
+            captured.clear()
+            hidden = model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                           output_hidden_states=True).hidden_states
+            if not keep:
+                continue
+            rows = torch.tensor([r for r, _ in keep])
+            cols = torch.tensor([c for _, c in keep])
+            states.append(torch.stack([h[rows, cols].float() for h in hidden]).cpu().numpy())
+            inputs.append(captured[-1][rows, cols].cpu().numpy())
+    finally:
+        handle.remove()
+    if not states:
+        return np.zeros((0, 0, 0), dtype=np.float32), np.zeros((0, 0), dtype=np.float32)
+    return np.concatenate(states, axis=1), np.concatenate(inputs, axis=0)
+
+
 @dataclass(frozen=True)
 class TokenScores:
-    """Per answer token: log p of the actual token, and mean/std of log p under the model."""
+    """Per scored token: log p of the actual token, and mean/std of log p under the model."""
 
     logp: np.ndarray
     mu: np.ndarray
     sigma: np.ndarray
 
 
-@torch.inference_mode()
-def score_continuations(
-    model: Any,
-    tokenizer: Any,
-    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
-    *,
-    batch_size: int = 32,
+def _score_batches(
+    model: Any, full: Sequence[Sequence[int]], starts: Sequence[int], pad: int, batch_size: int,
 ) -> list[TokenScores]:
-    """Token scores of each continuation given its prefix (prefix tokens are not scored).
-
-    mu and sigma are the expectation and standard deviation of log p(z) for z
-    drawn from the model's own next-token distribution: the calibration terms
-    of Min-K%++ (Zhang et al. 2024).
-    """
+    """Scores of tokens `starts[i]`.. of every sequence (each token given everything before it)."""
     device = model_device(model)
-    pad = _pad_id(tokenizer)
-    full = [list(p) + list(c) for p, c in pairs]
     out: dict[int, TokenScores] = {}
-    if not full:
-        return []
     # Full-vocabulary log-probabilities are (rows, tokens, vocab) floats: cap a batch at
     # about 50 M of them so a 150k-vocabulary model does not exhaust memory.
     vocab = int(model.get_output_embeddings().weight.shape[0])
@@ -191,11 +235,42 @@ def score_continuations(
         targets = ids[:, 1:].to(device)
         token_logp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         for row, i in enumerate(idx):
-            start = max(len(pairs[i][0]), 1) - 1
+            start = max(starts[i], 1) - 1
             end = len(full[i]) - 1
             out[i] = TokenScores(
                 logp=token_logp[row, start:end].cpu().numpy(),
                 mu=mu[row, start:end].cpu().numpy(),
                 sigma=sigma[row, start:end].cpu().numpy(),
             )
-    return [out[i] for i in range(len(pairs))]
+    return [out[i] for i in range(len(full))]
+
+
+@torch.inference_mode()
+def score_continuations(
+    model: Any,
+    tokenizer: Any,
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    batch_size: int = 32,
+) -> list[TokenScores]:
+    """Token scores of each continuation given its prefix (prefix tokens are not scored).
+
+    mu and sigma are the expectation and standard deviation of log p(z) for z
+    drawn from the model's own next-token distribution: the calibration terms
+    of Min-K%++ (Zhang et al. 2024).
+    """
+    if not pairs:
+        return []
+    full = [list(p) + list(c) for p, c in pairs]
+    return _score_batches(model, full, [len(p) for p, _ in pairs], pad_id_of(tokenizer), batch_size)
+
+
+@torch.inference_mode()
+def score_examples(
+    model: Any, tokenizer: Any, examples: Sequence[Example], *, batch_size: int = 32,
+) -> list[TokenScores]:
+    """Token scores of every token of each encoded record after its first (the whole record)."""
+    if not examples:
+        return []
+    return _score_batches(model, [list(e.ids) for e in examples], [1] * len(examples),
+                          pad_id_of(tokenizer), batch_size)

@@ -1,75 +1,79 @@
-"""Latent traces: is the fact still linearly decodable from the residual stream?
+"""Latent traces: does the model still tell the subject's true values from false ones inside?
 
-Linear probes (Alain & Bengio 2016, arXiv:1610.01644) are trained afresh on
-the model under test, per layer, to read a fact's value from the hidden
-state at the position where the model must recall it: the question, then the
-reference answer up to the value (the last prompt token when the value is
-not in the answer).  The embedding layer is left out: at that position it
-is a function of one template token and cannot hold anything about a person.
-The probe is a multi-class linear classifier (sklearn RidgeClassifier,
-one-vs-rest least squares on standardised states); LogisticRegression gave
-the same accuracies on our test models at 50-100x the time.  They are trained on facts
-of retained people (which the model should still know) and tested on the
-subject's facts and on control people's facts (never seen: chance).  White-box
-probing of intermediate layers is how Patil, Hase & Bansal (2023,
-arXiv:2309.17410) recover "deleted" facts; we never reuse a method's own
-direction (e.g. a KIF signature), the probe is independent of the method.
+A value can be unique to one person (an e-mail address, a phone number), so a
+probe that classifies values into classes shared by many people cannot test
+it.  Instead every layer is read through a *tuned lens* (Belrose et al. 2023,
+"Eliciting Latent Predictions from Transformers with the Tuned Lens",
+arXiv:2303.08112): per layer, an affine translator fitted by ridge regression
+maps the layer's residual state onto the state the model feeds its output
+head, on retained people's text (which the model should still know), and the
+output head then reads a next-token distribution from that layer.  A fact is a
+context and two continuations, the true value and a perturbed one (a given
+perturbed answer, else another person's value of the same kind: a value
+swap); at the first token where they differ, the layer is *correct* when its
+lens gives the true token more probability than the perturbed one.  Tested on
+the subject's facts and on control people's (never seen: chance, 0.5).
+Reading intermediate layers is how Patil, Hase & Bansal (2023,
+arXiv:2309.17410) recover "deleted" facts that no longer reach the output;
+the lens is fitted afresh on the model under test and is independent of the
+unlearning method (never a KIF signature direction).
 
-    residual_knowledge_ratio = max over layers l of
+    residual_knowledge_ratio = max over usable layers l of
         (acc_forget[l] - acc_control[l]) / (acc_base_forget[l] - acc_control[l])
 
-over layers where the base model's forget accuracy exceeds control by at
+A layer is usable when the base's forget accuracy exceeds control by at
 least `min_gap` (elsewhere the base itself shows no decodable knowledge and
-the ratio is noise).  0 means no more decodable than for strangers, 1 means
-as decodable as before.  The bootstrap resamples forget and control facts
-(paired between candidate and base) and recomputes the max; its standard
-deviation is the `stderr` the policy uses, its 2.5/97.5 percentiles the CI.
+the ratio is noise); the embedding layer never is.  0 means no more decodable
+than for strangers, 1 as decodable as before, below 0 less than for
+strangers.  The bootstrap resamples forget and control facts (paired between
+candidate and base) and recomputes the max; its standard deviation is the
+`stderr` the policy uses, its 2.5/97.5 percentiles the CI.  With no usable
+layer the ratio is *not measurable* (reported as such; the policy's rule
+decides).
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import RidgeClassifier
-from sklearn.preprocessing import StandardScaler
-
-from .leakage import normalise_text
+import torch
 
 logger = logging.getLogger(__name__)
 
 
-def probe_correctness(
-    train_states: np.ndarray,
-    train_labels: Sequence[str],
-    test_states: Sequence[np.ndarray],
-    test_labels: Sequence[Sequence[str]],
-    *,
-    seed: int = 0,
-) -> list[np.ndarray]:
-    """Per layer, train a probe on `train_states` and return, per test set, a boolean (layers, n) matrix.
-
-    States are (layers, n, hidden).  Labels are normalised values.
-    """
-    layers = train_states.shape[0]
-    y = np.array([normalise_text(v) for v in train_labels])
-    out = [np.zeros((layers, len(labels)), dtype=bool) for labels in test_labels]
-    if len(set(y.tolist())) < 2:
-        return out
+def fit_translators(states: np.ndarray, head_inputs: np.ndarray, *, alpha: float = 1.0) -> list[np.ndarray]:
+    """Per layer, the ridge solution W (d+1, d) of ``[h, 1] @ W ~ head input`` (a tuned lens)."""
+    layers, n, d = states.shape
+    y = torch.from_numpy(head_inputs).double()
+    out = []
     for layer in range(layers):
-        scaler = StandardScaler().fit(train_states[layer])
-        probe = RidgeClassifier(alpha=1.0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            probe.fit(scaler.transform(train_states[layer]), y)
-        for k, (states, labels) in enumerate(zip(test_states, test_labels, strict=True)):
-            if len(labels):
-                predicted = probe.predict(scaler.transform(states[layer]))
-                out[k][layer] = predicted == np.array([normalise_text(v) for v in labels])
+        x = torch.cat([torch.from_numpy(states[layer]).double(), torch.ones(n, 1, dtype=torch.float64)], dim=1)
+        gram = x.T @ x + alpha * torch.eye(d + 1, dtype=torch.float64)
+        out.append(torch.linalg.solve(gram, x.T @ y).float().numpy())
+    return out
+
+
+@torch.no_grad()
+def lens_correctness(
+    head: torch.nn.Module, translators: list[np.ndarray], states: np.ndarray,
+    true_tokens: list[int], perturbed_tokens: list[int],
+) -> np.ndarray:
+    """(layers, n): does layer l's lens prefer the true token to the perturbed one?"""
+    layers = len(translators)
+    n = len(true_tokens)
+    out = np.zeros((layers, n), dtype=bool)
+    if n == 0:
+        return out
+    weight = next(head.parameters())
+    rows = torch.arange(n)
+    true_t, pert_t = torch.tensor(true_tokens), torch.tensor(perturbed_tokens)
+    for layer in range(layers):
+        h = torch.from_numpy(states[layer])
+        translated = torch.cat([h, torch.ones(n, 1)], dim=1) @ torch.from_numpy(translators[layer])
+        logits = head(translated.to(device=weight.device, dtype=weight.dtype)).float().cpu()
+        out[layer] = (logits[rows, true_t] > logits[rows, pert_t]).numpy()
     return out
 
 
@@ -85,14 +89,20 @@ class ResidualRatio:
     acc_control: float
     acc_base_forget: float
 
+    @property
+    def measurable(self) -> bool:
+        return self.usable_layers > 0
+
 
 def _max_ratio(
     forget: np.ndarray, control: np.ndarray, base_forget: np.ndarray, min_gap: float
 ) -> tuple[float, int, int]:
+    if forget.size == 0 or control.size == 0 or base_forget.size == 0:
+        return 0.0, -1, 0
     acc_f, acc_c, acc_b = forget.mean(1), control.mean(1), base_forget.mean(1)
     gap = acc_b - acc_c
     usable = gap >= min_gap
-    usable[0] = False  # the embedding layer (see the module docstring)
+    usable[0] = False  # the embedding layer: a function of one token, it holds no person
     if not usable.any():
         return 0.0, -1, 0
     ratios = np.where(usable, (acc_f - acc_c) / np.where(usable, gap, 1.0), -np.inf)
@@ -113,14 +123,18 @@ def residual_knowledge_ratio(
     value, layer, usable = _max_ratio(forget, control, base_forget, min_gap)
     rng = np.random.default_rng(seed)
     samples = []
-    n_f, n_c = forget.shape[1], control.shape[1]
-    if n_f and n_c:
+    n_f = forget.shape[1] if forget.ndim == 2 else 0
+    n_c = control.shape[1] if control.ndim == 2 else 0
+    if usable and n_f and n_c:
         for _ in range(bootstrap):
             fi = rng.integers(0, n_f, n_f)
             ci = rng.integers(0, n_c, n_c)
-            samples.append(_max_ratio(forget[:, fi], control[:, ci], base_forget[:, fi], min_gap)[0])
+            sample, _, ok = _max_ratio(forget[:, fi], control[:, ci], base_forget[:, fi], min_gap)
+            if ok:
+                samples.append(sample)
     arr = np.array(samples) if samples else np.array([value])
     pick = layer if layer >= 0 else 0
+    has_layers = forget.ndim == 2 and forget.shape[0] > 0
     return ResidualRatio(
         value=value,
         stderr=float(arr.std()),
@@ -128,7 +142,7 @@ def residual_knowledge_ratio(
         ci_high=float(np.percentile(arr, 97.5)),
         layer=layer,
         usable_layers=usable,
-        acc_forget=float(forget[pick].mean()) if n_f else 0.0,
-        acc_control=float(control[pick].mean()) if n_c else 0.0,
-        acc_base_forget=float(base_forget[pick].mean()) if n_f else 0.0,
+        acc_forget=float(forget[pick].mean()) if n_f and has_layers else 0.0,
+        acc_control=float(control[pick].mean()) if n_c and has_layers else 0.0,
+        acc_base_forget=float(base_forget[pick].mean()) if n_f and has_layers else 0.0,
     )

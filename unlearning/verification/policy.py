@@ -3,16 +3,30 @@
 A policy is a list of `CheckSpec`s.  A check compares one metric with a
 threshold that is either absolute (`baseline` None) or relative to another
 metric of the same report (the control level): `threshold = baseline +
-margin`.  Where the metric is an estimate from a finite sample, the policy
-adds `noise_z` standard errors of the difference (the `<metric>.stderr`
-entry the check writes beside the metric), so that a model retrained
-without the subject, whose leakage equals the control level, is not failed
-by sampling noise, while a model that measurably leaks more than `margin`
-above chance is.  Every result records the policy's name and version.
+margin` (a lower bound has a negative margin and comparator `>=`).  Where the
+metric is an estimate from a finite sample, the policy adds `noise_z`
+standard errors of the difference (the `<metric>.stderr` entry the check
+writes beside the metric), so that a model retrained without the subject,
+whose leakage equals the control level, is not failed by sampling noise,
+while a model that measurably leaks more than `margin` above chance is.
+
+A metric the suite could not measure is never NaN and never silently
+skipped: the report names it with a reason code, and the check's
+`unmeasured_passes` lists the reason codes for which the policy accepts its
+absence (for example: the base model itself shows no latent signal, so there
+is nothing the latent check could find).  Every other reason fails the check.
+The rule applied is written into the result, and so into the certificate.
 
 Register another policy with `register_policy`; fetch one with
 `get_policy(name, version)`.  Policies are immutable: a changed threshold is
 a new version, so old reports stay interpretable.
+
+`default` v2 (the default) differs from v1 in checks only, never in an easier
+threshold: membership inference is two-sided (`|AUC - 0.5|`, so an erasure
+that makes the subject *less* familiar than a stranger fails as well) and
+uses two attacks over whole records and over identifying spans; leakage and
+latent traces are bounded from below too; the relearning attack is a curve
+over several budgets; a 4-bit quantisation attack joins the 8-bit one.
 """
 
 from __future__ import annotations
@@ -21,6 +35,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+# Reason codes for a metric that could not be measured.
+BASE_SILENT = "base-shows-no-signal"
+TOO_FEW_RECORDS = "too-few-records"
+NO_QUESTIONS = "no-question-probes"
+NO_SPANS = "no-identifying-spans"
+NOT_COMPUTED = "not-computed"
 
 
 @dataclass(frozen=True)
@@ -32,16 +53,17 @@ class CheckSpec:
     baseline: str | None = None  # metric the margin is added to (e.g. the control level)
     noise_z: float = 0.0  # standard errors of slack, read from "<metric>.stderr"
     decides_pass: bool = True  # False: reported, never fails the report
+    unmeasured_passes: tuple[str, ...] = ()  # reason codes for which "not measurable" passes
 
     def threshold(self, metrics: Mapping[str, float]) -> float | None:
         """The threshold this check applies to `metrics`, or None when an input is missing."""
         base = 0.0
         if self.baseline is not None:
-            if self.baseline not in metrics:
+            if self.baseline not in metrics or math.isnan(metrics[self.baseline]):
                 return None
             base = metrics[self.baseline]
         stderr = metrics.get(f"{self.metric}.stderr", 0.0) if self.noise_z else 0.0
-        slack = self.noise_z * stderr
+        slack = self.noise_z * (0.0 if math.isnan(stderr) else stderr)
         return base + self.margin + slack if self.comparator == "<=" else base + self.margin - slack
 
 
@@ -49,11 +71,13 @@ class CheckSpec:
 class CheckResult:
     name: str
     metric: str
-    value: float
-    threshold: float
+    value: float | None
+    threshold: float | None
     comparator: str
     passed: bool
     decides_pass: bool = True
+    status: str = "measured"  # or "unmeasured"
+    rule: str | None = None  # for an unmeasured metric: the reason code and the verdict it gets
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,20 +88,31 @@ class CheckResult:
             "comparator": self.comparator,
             "passed": self.passed,
             "decides_pass": self.decides_pass,
+            "status": self.status,
+            "rule": self.rule,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckResult:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True)
 class Escalation:
-    """How a method's hyper-parameters are strengthened for the one retry after a failure.
+    """How a method's hyper-parameters change for the one retry after a failure.
 
-    `scale` multiplies numeric fields, `add` adds to them; fields the method
-    does not have are ignored.  Only forgetting failures escalate: a utility
-    or fluency failure is not cured by forgetting harder.
+    `scale` multiplies numeric fields and `add` adds to them, for any failed
+    forgetting check (leakage, latent, membership, attacks).  `cures` maps a
+    metric prefix to its own (scale, add) changes, applied when a check on a
+    metric with that prefix failed: each failed check changes what cures it
+    (utility and fluency failures: gentler, not harder).  Fields the method
+    does not have are ignored.
     """
 
     scale: Mapping[str, float] = field(default_factory=dict)
     add: Mapping[str, float] = field(default_factory=dict)
+    cures: Mapping[str, tuple[Mapping[str, float], Mapping[str, float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -89,28 +124,32 @@ class Policy:
     # Whether a KIF checkpoint whose facts come back with the gates off may pass.
     allow_suppression: bool = True
 
-    def judge(self, metrics: Mapping[str, float]) -> list[CheckResult]:
-        """Apply every check whose metric is present (a skipped family is not a pass)."""
+    def judge(
+        self, metrics: Mapping[str, float], unmeasured: Mapping[str, str] | None = None,
+    ) -> list[CheckResult]:
+        """Apply every check; a metric that is absent is judged by the check's unmeasured rule.
+
+        A check whose metric is absent and not named in `unmeasured` is left
+        out only when `unmeasured` is None (a caller judging bare metrics);
+        the suite always passes its `unmeasured` map.
+        """
         results = []
         for spec in self.checks:
-            if spec.metric not in metrics:
+            threshold = spec.threshold(metrics) if spec.metric in metrics else None
+            value = metrics.get(spec.metric)
+            if value is not None and not math.isnan(value) and threshold is not None:
+                ok = value <= threshold if spec.comparator == "<=" else value >= threshold
+                results.append(CheckResult(spec.name, spec.metric, float(value), round(threshold, 6),
+                                           spec.comparator, bool(ok), spec.decides_pass))
                 continue
-            threshold = spec.threshold(metrics)
-            if threshold is None:
+            if unmeasured is None and value is None:
                 continue
-            value = float(metrics[spec.metric])
-            ok = value <= threshold if spec.comparator == "<=" else value >= threshold
-            results.append(
-                CheckResult(
-                    name=spec.name,
-                    metric=spec.metric,
-                    value=value,
-                    threshold=round(threshold, 6),
-                    comparator=spec.comparator,
-                    passed=bool(ok) and not math.isnan(value),
-                    decides_pass=spec.decides_pass,
-                )
-            )
+            reason = (unmeasured or {}).get(spec.metric) or (
+                (unmeasured or {}).get(spec.baseline or "", NOT_COMPUTED) if value is not None else NOT_COMPUTED)
+            passes = reason in spec.unmeasured_passes
+            results.append(CheckResult(
+                spec.name, spec.metric, None, None, spec.comparator, passes, spec.decides_pass,
+                status="unmeasured", rule=f"{reason}: {'passes' if passes else 'fails'}"))
         return results
 
     def to_json(self) -> dict[str, str]:
@@ -119,7 +158,34 @@ class Policy:
 
 _Z = 1.645  # one-sided 95 %
 
-DEFAULT_POLICY = Policy(
+_COMMON_ESCALATION = {
+    "asu": Escalation(
+        scale={"steps": 2.0},
+        cures={
+            "leakage.": ({"steps": 2.0, "forget_weight": 1.5}, {}),
+            "latent.": ({"steps": 2.0, "forget_weight": 1.5}, {}),
+            "mia.": ({"steps": 2.0}, {}),
+            "attack.": ({"steps": 2.0, "forget_weight": 1.5}, {}),
+            "utility.": ({"retain_weight": 2.0, "lr": 0.5}, {}),
+            "fluency.": ({"lr": 0.5, "retain_weight": 1.5}, {}),
+        },
+    ),
+    "kif": Escalation(
+        scale={"steps": 2.0},
+        cures={
+            "leakage.": ({"steps": 2.0}, {"max_layers": 2}),
+            "latent.": ({"distill_steps": 2.0}, {}),
+            "mia.": ({"distill_steps": 2.0}, {}),
+            "attack.": ({"distill_steps": 2.0}, {}),
+            "gates_off.": ({"distill_steps": 2.0}, {}),
+            "utility.": ({"retain_weight": 2.0}, {}),
+            "fluency.": ({"retain_weight": 2.0}, {}),
+        },
+    ),
+    **{m: Escalation(scale={"steps": 2.0}) for m in ("gradascent", "graddiff", "npo", "idk")},
+}
+
+DEFAULT_POLICY_V1 = Policy(
     name="default",
     version="1",
     checks=(
@@ -152,7 +218,6 @@ DEFAULT_POLICY = Policy(
             "prompt-pressure attack", "attack.pressure_leakage", "<=", 0.05,
             "attack.pressure_control", _Z,
         ),
-        # With a KIF checkpoint's gates off: informs the guarantee class only.
         CheckSpec(
             "leakage with gates off", "gates_off.leakage.forget", "<=", 0.05,
             "gates_off.leakage.control", _Z, decides_pass=False,
@@ -165,14 +230,57 @@ DEFAULT_POLICY = Policy(
     escalation={
         "asu": Escalation(scale={"epochs": 2.0, "steps": 2.0, "max_steps": 2.0}),
         "kif": Escalation(scale={"epochs": 2.0, "steps": 2.0}, add={"k": 1.0}),
-        "gradascent": Escalation(scale={"epochs": 2.0, "steps": 2.0}),
-        "graddiff": Escalation(scale={"epochs": 2.0, "steps": 2.0}),
-        "npo": Escalation(scale={"epochs": 2.0, "steps": 2.0}),
-        "idk": Escalation(scale={"epochs": 2.0, "steps": 2.0}),
+        **{m: Escalation(scale={"epochs": 2.0, "steps": 2.0}) for m in ("gradascent", "graddiff", "npo", "idk")},
     },
 )
 
-_REGISTRY: dict[tuple[str, str], Policy] = {(DEFAULT_POLICY.name, DEFAULT_POLICY.version): DEFAULT_POLICY}
+DEFAULT_POLICY = Policy(
+    name="default",
+    version="2",
+    checks=(
+        CheckSpec("surface leakage (greedy)", "leakage.forget", "<=", 0.05, "leakage.control", _Z),
+        CheckSpec("surface leakage not below strangers (greedy)", "leakage.forget", ">=", -0.05,
+                  "leakage.control", _Z),
+        CheckSpec("surface leakage (sampled)", "leakage.forget_sampled", "<=", 0.05,
+                  "leakage.control_sampled", _Z),
+        CheckSpec("latent residual knowledge", "latent.residual_ratio", "<=", 0.25, None, _Z,
+                  unmeasured_passes=(BASE_SILENT,)),
+        CheckSpec("latent traces not below strangers", "latent.residual_ratio", ">=", -0.25, None, _Z,
+                  unmeasured_passes=(BASE_SILENT,)),
+        CheckSpec("retained-fact accuracy", "utility.retain_ratio", ">=", 0.95, None, 0.0),
+        CheckSpec("held-out perplexity", "utility.ppl_ratio", "<=", 1.25, None, 0.0),
+        CheckSpec("fluency about the subject", "fluency.gibberish_rate", "<=", 0.05,
+                  "fluency.control_gibberish_rate", _Z),
+        CheckSpec("fluency overall (degenerate answers)", "fluency.degenerate_rate", "<=", 0.05,
+                  "fluency.base_degenerate_rate", _Z),
+        CheckSpec("membership parity, Min-K%++ over whole records (|AUC - 0.5|)", "mia.auc_gap",
+                  "<=", 0.10, None, _Z),
+        CheckSpec("membership parity, zlib ratio over whole records (|AUC - 0.5|)", "mia.zlib_auc_gap",
+                  "<=", 0.10, None, _Z),
+        CheckSpec("membership parity, Min-K%++ over identifying spans (|AUC - 0.5|)", "mia.span_auc_gap",
+                  "<=", 0.10, None, _Z, unmeasured_passes=(NO_SPANS,)),
+        CheckSpec("relearning attack (highest point of the recovery curve)", "attack.relearn_recovery",
+                  "<=", 0.10, "attack.relearn_control", _Z, unmeasured_passes=(TOO_FEW_RECORDS,)),
+        CheckSpec("8-bit quantisation attack", "attack.quant_leakage", "<=", 0.05,
+                  "attack.quant_control", _Z),
+        CheckSpec("4-bit quantisation attack", "attack.quant4_leakage", "<=", 0.05,
+                  "attack.quant4_control", _Z),
+        CheckSpec("prompt-pressure attack", "attack.pressure_leakage", "<=", 0.05,
+                  "attack.pressure_control", _Z, unmeasured_passes=(NO_QUESTIONS,)),
+        # With a KIF checkpoint's gates off: informs the guarantee class only.
+        CheckSpec("leakage with gates off", "gates_off.leakage.forget", "<=", 0.05,
+                  "gates_off.leakage.control", _Z, decides_pass=False),
+        CheckSpec("latent traces with gates off", "gates_off.latent.residual_ratio", "<=", 0.25,
+                  None, _Z, decides_pass=False, unmeasured_passes=(BASE_SILENT,)),
+        CheckSpec("membership parity with gates off", "gates_off.mia.auc_gap", "<=", 0.10, None, _Z,
+                  decides_pass=False),
+    ),
+    escalation=_COMMON_ESCALATION,
+)
+
+_REGISTRY: dict[tuple[str, str], Policy] = {
+    (p.name, p.version): p for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY)
+}
 
 
 def register_policy(policy: Policy) -> Policy:
@@ -202,7 +310,56 @@ def _version_key(version: str) -> tuple[int | str, ...]:
     return tuple(int(part) if part.isdigit() else part for part in version.split("."))
 
 
-FORGETTING_METRICS = ("leakage.", "latent.", "mia.", "attack.")
+def policy_from_json(document: Mapping[str, Any]) -> Policy:
+    """A policy from its JSON form (a deployment's own policy file) and registered.
+
+    Raises ValueError naming what is wrong.
+    """
+    try:
+        checks = tuple(
+            CheckSpec(name=str(c["name"]), metric=str(c["metric"]), comparator=str(c["comparator"]),
+                      margin=float(c["margin"]), baseline=c.get("baseline"),
+                      noise_z=float(c.get("noise_z", 0.0)),
+                      decides_pass=bool(c.get("decides_pass", True)),
+                      unmeasured_passes=tuple(c.get("unmeasured_passes", ())))
+            for c in document["checks"]
+        )
+        escalation = {
+            str(method): Escalation(
+                scale=dict(rule.get("scale", {})), add=dict(rule.get("add", {})),
+                cures={str(k): (dict(v.get("scale", {})), dict(v.get("add", {})))
+                       for k, v in (rule.get("cures") or {}).items()})
+            for method, rule in (document.get("escalation") or {}).items()
+        }
+        policy = Policy(name=str(document["name"]), version=str(document["version"]), checks=checks,
+                        escalation=escalation,
+                        allow_suppression=bool(document.get("allow_suppression", True)))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a policy document: {type(exc).__name__}: {exc}") from exc
+    if not checks or any(c.comparator not in ("<=", ">=") for c in checks):
+        raise ValueError("a policy needs checks with comparator '<=' or '>='")
+    return register_policy(policy)
+
+
+FORGETTING_METRICS = ("leakage.", "latent.", "mia.", "attack.", "gates_off.")
+
+
+def _apply(values: dict[str, Any], original: Mapping[str, Any], scale: Mapping[str, float],
+           add: Mapping[str, float], notes: list[str]) -> None:
+    for key, factor in scale.items():
+        _change(values, original, key, lambda v, f=factor: v * f, f"x{factor:g}", notes)
+    for key, delta in add.items():
+        _change(values, original, key, lambda v, d=delta: v + d, f"+{delta:g}", notes)
+
+
+def _change(values: dict[str, Any], original: Mapping[str, Any], key: str, op: Any, how: str,
+            notes: list[str]) -> None:
+    current = values.get(key)
+    if not isinstance(current, int | float) or isinstance(current, bool):
+        return
+    new = op(current)
+    values[key] = int(round(new)) if isinstance(original.get(key), int) else float(new)
+    notes.append(f"{key} {current} -> {values[key]} ({how})")
 
 
 def policy_escalate(
@@ -212,26 +369,42 @@ def policy_escalate(
     hparams: Mapping[str, Any],
     failed_checks: Sequence[CheckResult],
 ) -> dict[str, Any] | None:
-    """Stronger hyper-parameters for the single retry, or None when retrying cannot help.
+    """The hyper-parameters of the single retry, or None when retrying cannot help.
 
-    None when nothing failed, when only utility/fluency failed (forgetting
-    harder makes those worse), or when the policy has no escalation for the
-    method or none of its fields apply.
+    Each failed check applies the cure its metric prefix maps to (a field is
+    changed once, by the first cure naming it); forgetting failures with no
+    cure of their own apply the rule's `scale`/`add`.  The returned dict's
+    `escalation` field lists what changed and why, for the report and the
+    certificate.  None when nothing failed, when no rule applies, or when no
+    field of the method changes.
     """
-    forgetting = [c for c in failed_checks if c.decides_pass and c.metric.startswith(FORGETTING_METRICS)]
+    failed = [c for c in failed_checks if c.decides_pass and not c.passed]
     rule = policy.escalation.get(method)
-    if not forgetting or rule is None:
+    if not failed or rule is None:
         return None
     stronger = dict(hparams)
-    changed = False
-    for key, factor in rule.scale.items():
-        if isinstance(stronger.get(key), int | float) and not isinstance(stronger[key], bool):
-            value = stronger[key] * factor
-            stronger[key] = int(round(value)) if isinstance(hparams[key], int) else value
-            changed = True
-    for key, delta in rule.add.items():
-        if isinstance(stronger.get(key), int | float) and not isinstance(stronger[key], bool):
-            value = stronger[key] + delta
-            stronger[key] = int(round(value)) if isinstance(hparams[key], int) else value
-            changed = True
-    return stronger if changed else None
+    notes: list[str] = []
+    changed_keys: set[str] = set()
+    for check in failed:
+        cure = next((v for k, v in rule.cures.items() if check.metric.startswith(k)), None)
+        if cure is None:
+            continue
+        scale = {k: v for k, v in cure[0].items() if k not in changed_keys}
+        add = {k: v for k, v in cure[1].items() if k not in changed_keys}
+        before = len(notes)
+        _apply(stronger, hparams, scale, add, notes)
+        notes[before:] = [f"{check.metric} failed: {n}" for n in notes[before:]]
+        changed_keys |= set(scale) | set(add)
+    forgetting = [c for c in failed if c.metric.startswith(FORGETTING_METRICS)]
+    if forgetting and not changed_keys:
+        _apply(stronger, hparams, rule.scale, rule.add, notes)
+    if not notes:
+        return None
+    if "escalation" in stronger or "preset" in stronger:
+        stronger["escalation"] = list(stronger.get("escalation") or []) + notes
+    return stronger
+
+
+def escalation_notes(hparams: Mapping[str, Any]) -> list[str]:
+    return [str(n) for n in hparams.get("escalation") or []]
+

@@ -1,20 +1,21 @@
 """`verify`: run every check family on a candidate checkpoint and judge it by a policy.
 
-Order of work: build the probe bank (forget, control, retain, held-out);
+Order of work: build the probe bank (forget, control, retained, held-out);
 compute, or take from the cache, what depends only on the base model; load
-the candidate and run each family (leakage, latent, utility, fluency,
-membership, attacks); for a checkpoint with KIF gates, load it again with the
-gates off and run everything once more (that pass decides the guarantee
-class); judge the metrics with the policy.
+the candidate and run each family (leakage, latent, membership, utility,
+fluency, attacks); for a checkpoint with KIF gates, load it again with the
+gates off and run the families that ask whether the facts are in the weights
+(that pass decides the guarantee class); judge the metrics with the policy.
+A metric that cannot be measured is named in `Report.unmeasured` with a
+reason code (never NaN); the policy's rule for that reason decides.
 
 Cached (in process, keyed by the base directory's file names, sizes and
 mtimes, the probe bank's digest, the settings and the seed): the base model
 and tokenizer themselves (fluency scores candidate answers under the base),
-the base's greedy and sampled leakage on the forget probes, its per-layer
-latent-probe correctness on the forget facts, its retained-fact accuracy,
-held-out perplexity, the fluency reference limit and its membership AUC.
-A second `verify` against the same base (an escalated retry, the next job in
-a worker process, a test) skips all of that.
+the base's greedy and sampled leakage, its latent-probe correctness on the
+forget facts, its retained accuracy, held-out perplexity, the fluency
+reference limit and its membership AUCs.  A second `verify` against the same
+base (an escalated retry, the next job in a worker process) skips all that.
 """
 
 from __future__ import annotations
@@ -31,39 +32,46 @@ from typing import Any
 
 import numpy as np
 
-from unlearning.corpus import Corpus
+from unlearning.corpus import Corpus, Record
+from unlearning.identifiers import replace_spans
 from unlearning.modeling import default_device, load_model
+from unlearning.probes import Probe
 from unlearning.progress import ProgressCallback, ProgressTracker
+from unlearning.prompting import encode_record, text_ids
 
-from . import probes as pb
 from .attacks.prompt_pressure import pressure_probes
-from .attacks.quantization import quantised_copy
-from .attacks.relearn import RelearnSettings, relearned_copy, split_facts
-from .bank import bank_digest, build_bank
+from .attacks.quantization import quantised4_copy, quantised_copy
+from .attacks.relearn import RelearnSettings, relearn_curve, split_records
+from .bank import Fact, ProbeBank, Side, bank_digest, build_bank
 from .fluency import degenerate_rate, gibberish_flags, plausibility_limit
 from .generation import (
+    TokenScores,
     generate_texts,
     last_prompt_states,
     probe_ids,
-    question_ids,
     score_continuations,
-    text_ids,
+    score_examples,
+    states_and_head_inputs,
 )
-from .latent import probe_correctness, residual_knowledge_ratio
-from .leakage import (
-    Rate,
-    diff_stderr,
-    leak_rate,
-    leak_rates_by_kind,
-    normalise_text,
+from .latent import fit_translators, lens_correctness, residual_knowledge_ratio
+from .leakage import Rate, diff_stderr, leak_rate, leak_rates_by_kind
+from .membership import auc_with_stderr, min_k_plus_plus, zlib_ratio
+from .policy import (
+    BASE_SILENT,
+    DEFAULT_POLICY,
+    NO_QUESTIONS,
+    NO_SPANS,
+    NOT_COMPUTED,
+    TOO_FEW_RECORDS,
+    Policy,
 )
-from .membership import auc_with_stderr, min_k_plus_plus
-from .policy import DEFAULT_POLICY, Policy
 from .report import Report
 from .settings import VerifySettings
 from .utility import accuracy, perplexity, ratio
 
 logger = logging.getLogger(__name__)
+
+ANSWERING_FORMS = ("question", "chat")  # probes whose generation is a whole answer
 
 
 @dataclass(frozen=True)
@@ -73,17 +81,28 @@ class _Loaded:
     max_new_tokens: int
 
 
-def _loaded(model: Any, tokenizer: Any, bank: pb.ProbeBank, s: VerifySettings) -> _Loaded:
-    """A model with its generation budget: long enough for the longest reference answer.
+def _budget(tokenizer: Any, bank: ProbeBank, s: VerifySettings) -> int:
+    """New tokens per generation: enough for the longest answer or value the probes expect.
 
     A fixed budget would cut long answers (an e-mail address is the last and
     longest part of its sentence) and hide their leaks.
     """
     if s.max_new_tokens is not None:
-        return _Loaded(model, tokenizer, s.max_new_tokens)
-    answers = [f.answer for f in (*bank.forget_facts, *bank.control_facts, *bank.retain_facts)]
-    longest = max((len(text_ids(tokenizer, a)) for a in answers), default=20)
-    return _Loaded(model, tokenizer, min(64, longest + 4))
+        return s.max_new_tokens
+    longest = 8
+    for side in (bank.forget, bank.control):
+        for record in side.records[:200]:
+            example = encode_record(tokenizer, record)
+            if record.shape != "text":
+                longest = max(longest, sum(example.learnt))
+    for probe in (*bank.forget.probes, *bank.control.probes, *bank.retain):
+        longest = max(longest, len(text_ids(tokenizer, " " + probe.expected)) + 8)
+    return min(64, longest + 4)
+
+
+def _load(path: str | Path, device: str, bank: ProbeBank, s: VerifySettings, *, gates: bool = True) -> _Loaded:
+    model, tokenizer = load_model(path, device=device, gates=gates)
+    return _Loaded(model, tokenizer, _budget(tokenizer, bank, s))
 
 
 @dataclass
@@ -96,7 +115,7 @@ class _BaseEvidence:
     ppl: float
     fluency_limit: float
     degenerate_rate: float
-    mia_auc: float
+    mia: dict[str, float]
 
 
 _BASE_CACHE: OrderedDict[str, _BaseEvidence] = OrderedDict()
@@ -120,102 +139,192 @@ def _dir_fingerprint(directory: str | Path) -> str:
 # ---------------------------------------------------------------- shared measurements
 
 
-def _greedy(loaded: _Loaded, probes: Sequence[pb.FactProbe], s: VerifySettings, seed: int) -> list[list[str]]:
+def _generate(loaded: _Loaded, probes: Sequence[Probe], s: VerifySettings, seed: int, *,
+              samples: int = 0) -> list[list[str]]:
     ids = [probe_ids(loaded.tokenizer, p) for p in probes]
-    return generate_texts(loaded.model, loaded.tokenizer, ids, max_new_tokens=loaded.max_new_tokens,
-                          batch_size=s.batch_size, seed=seed)
-
-
-def _sampled(loaded: _Loaded, probes: Sequence[pb.FactProbe], s: VerifySettings, seed: int) -> list[list[str]]:
-    ids = [probe_ids(loaded.tokenizer, p) for p in probes]
-    return generate_texts(loaded.model, loaded.tokenizer, ids, samples=s.samples,
+    return generate_texts(loaded.model, loaded.tokenizer, ids, samples=samples,
                           max_new_tokens=loaded.max_new_tokens, batch_size=s.batch_size, seed=seed)
 
 
-def _asked(probes: Sequence[pb.FactProbe]) -> list[pb.FactProbe]:
-    """Probes that are questions (a cloze answer is a continuation, not a sentence)."""
-    return [p for p in probes if p.kind != "cloze"]
+def _values(probes: Sequence[Probe]) -> list[str]:
+    return [p.expected for p in probes]
 
 
-def _values(probes: Sequence[pb.FactProbe]) -> list[str]:
-    return [p.value for p in probes]
+def _leak(loaded: _Loaded, probes: Sequence[Probe], s: VerifySettings, seed: int) -> Rate:
+    return leak_rate(_generate(loaded, probes, s, seed), _values(probes))
 
 
-def _value_prefix_ids(tokenizer: Any, fact: pb.QAFact) -> list[int]:
-    """Question, then the answer up to the value: where the model must recall it."""
-    ids = question_ids(tokenizer, fact.question)
-    cut = fact.answer.find(fact.value)
-    if cut > 0 and fact.answer[:cut].strip():
-        ids += text_ids(tokenizer, fact.answer[:cut].rstrip())
-    return ids
-
-
-def _states(loaded: _Loaded, facts: Sequence[pb.QAFact], s: VerifySettings) -> np.ndarray:
-    ids = [_value_prefix_ids(loaded.tokenizer, f) for f in facts]
-    if not ids:
-        return np.zeros((0, 0, 0), dtype=np.float32)
-    return last_prompt_states(loaded.model, loaded.tokenizer, ids, batch_size=s.batch_size)
-
-
-def _latent_tests(bank: pb.ProbeBank) -> tuple[list[pb.QAFact], list[pb.QAFact]]:
-    """Forget and control facts whose value a probe trained on retained facts could name."""
-    labels = {normalise_text(f.value) for f in bank.retain_facts}
-    keep = [f for f in bank.forget_facts if normalise_text(f.value) in labels]
-    control = [f for f in bank.control_facts if normalise_text(f.value) in labels]
-    return keep, control
-
-
-def _latent_correctness(
-    loaded: _Loaded, bank: pb.ProbeBank, tests: Sequence[Sequence[pb.QAFact]], s: VerifySettings, seed: int
-) -> list[np.ndarray]:
-    train = _states(loaded, bank.retain_facts, s)
-    return probe_correctness(
-        train, [f.value for f in bank.retain_facts], [_states(loaded, t, s) for t in tests],
-        [[f.value for f in t] for t in tests], seed=seed,
-    )
-
-
-def _retain_accuracy(loaded: _Loaded, bank: pb.ProbeBank, s: VerifySettings, seed: int) -> float:
-    facts = bank.retain_facts[: s.max_retain_eval]
-    ids = [question_ids(loaded.tokenizer, f.question) for f in facts]
-    answers = generate_texts(loaded.model, loaded.tokenizer, ids, max_new_tokens=loaded.max_new_tokens,
-                             batch_size=s.batch_size, seed=seed)
-    return accuracy([a[0] for a in answers], [f.value for f in facts])
-
-
-def _perplexity(loaded: _Loaded, bank: pb.ProbeBank, s: VerifySettings) -> float:
+def _fact_tokens(loaded: _Loaded, facts: Sequence[Fact]) -> tuple[list[list[int]], list[int], list[int], list[int]]:
+    """Per (fact, perturbation): the context up to the first token where the true and the perturbed
+    value differ, the two tokens there, and which fact the pair belongs to."""
     tok = loaded.tokenizer
-    bos = [int(tok.bos_token_id)] if tok.bos_token_id is not None else []
-    pairs = []
+    contexts: list[list[int]] = []
+    true: list[int] = []
+    perturbed: list[int] = []
+    owner: list[int] = []
+    for number, fact in enumerate(facts):
+        context = probe_ids(tok, fact.context)
+        a = text_ids(tok, fact.joiner + fact.true)
+        for other in fact.perturbed:
+            b = text_ids(tok, fact.joiner + other)
+            k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+            if k is None:
+                continue  # one is a prefix of the other: nothing to compare
+            contexts.append(context + a[:k])
+            true.append(a[k])
+            perturbed.append(b[k])
+            owner.append(number)
+    return contexts, true, perturbed, owner
+
+
+def _lens(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> list[np.ndarray]:
+    """The tuned-lens translators of the model under test, fitted on retained people's text."""
+    examples = [encode_record(loaded.tokenizer, r) for r in bank.retain_records]
+    states, head_inputs = states_and_head_inputs(loaded.model, loaded.tokenizer, examples,
+                                                 max_positions=s.lens_positions, batch_size=s.batch_size)
+    if states.size == 0:
+        return []
+    return fit_translators(states, head_inputs, alpha=s.lens_alpha)
+
+
+def _latent(loaded: _Loaded, bank: ProbeBank, tests: Sequence[Sequence[Fact]], s: VerifySettings) -> list[np.ndarray]:
+    """Per test set, a (layers, facts) matrix: does each layer's lens prefer the true value?"""
+    translators = _lens(loaded, bank, s)
+    head = loaded.model.get_output_embeddings()
+    out = []
+    for facts in tests:
+        contexts, true, perturbed, owner = _fact_tokens(loaded, facts)
+        if not translators or not contexts:
+            out.append(np.zeros((len(translators), 0), dtype=float))
+            continue
+        states = last_prompt_states(loaded.model, loaded.tokenizer, contexts, batch_size=s.batch_size)
+        pairs = lens_correctness(head, translators, states, true, perturbed)
+        # Per fact: the share of its perturbations the lens ranks below the true value.
+        facts_seen = sorted(set(owner))
+        index = np.array(owner)
+        out.append(np.stack([pairs[:, index == f].mean(1) for f in facts_seen], axis=1))
+    return out
+
+
+def _retain_accuracy(loaded: _Loaded, bank: ProbeBank, s: VerifySettings, seed: int) -> float:
+    answers = _generate(loaded, bank.retain, s, seed)
+    return accuracy([a[0] for a in answers], _values(bank.retain))
+
+
+def _perplexity(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> float:
+    tok = loaded.tokenizer
+    pairs, scored_bytes = [], []
     for text in bank.heldout_texts:
         ids = text_ids(tok, text)
+        if len(ids) < 2:
+            continue
+        bos = [int(tok.bos_token_id)] if tok.bos_token_id is not None else []
         pairs.append((bos, ids) if bos else (ids[:1], ids[1:]))
+        scored_bytes.append(len(text.encode("utf-8")) if bos else len(tok.decode(ids[1:]).encode("utf-8")))
     scores = score_continuations(loaded.model, tok, pairs, batch_size=s.batch_size)
-    scored_bytes = [
-        len(text.encode("utf-8")) if bos else len(tok.decode(ids[1:]).encode("utf-8"))
-        for text, (_, ids) in zip(bank.heldout_texts, pairs, strict=True)
-    ]
     return perplexity(scores, scored_bytes)
 
 
-def _answer_pairs(tokenizer: Any, questions: Sequence[str], answers: Sequence[str]) -> list[tuple[list[int], list[int]]]:
-    return [(question_ids(tokenizer, q), text_ids(tokenizer, a)) for q, a in zip(questions, answers, strict=True)]
+def _span_tokens(example: Any, spans: Sequence[str]) -> list[int]:
+    """Indices (into the scores of tokens 1..) of the tokens inside the record's identifying spans."""
+    import re
+
+    tokens: set[int] = set()
+    lowered = example.text.casefold()
+    for span in spans:
+        if not span:
+            continue
+        for match in re.finditer(r"(?<![\w])" + re.escape(span.casefold()) + r"(?![\w])", lowered):
+            tokens.update(i - 1 for i in example.tokens_in(match.start(), match.end()) if i >= 1)
+    return sorted(tokens)
 
 
-def _mia(loaded: _Loaded, bank: pb.ProbeBank, s: VerifySettings) -> tuple[float, float]:
-    def scores(facts: Sequence[pb.QAFact]) -> list[float]:
-        pairs = _answer_pairs(loaded.tokenizer, [f.question for f in facts], [f.answer for f in facts])
-        token_scores = score_continuations(loaded.model, loaded.tokenizer, pairs, batch_size=s.batch_size)
-        return [min_k_plus_plus(t, k=s.mink_k) for t in token_scores]
+def _record_scores(loaded: _Loaded, side: Side, s: VerifySettings) -> list[tuple[float, float, float | None]]:
+    """(Min-K%++ over the whole record, zlib ratio, Min-K%++ over its identifying spans) per record."""
+    tok = loaded.tokenizer
+    examples = [encode_record(tok, r) for r in side.records]
+    scores = score_examples(loaded.model, tok, examples, batch_size=s.batch_size)
+    out = []
+    for example, score, record_spans in zip(examples, scores, side.spans, strict=True):
+        # Scores cover what training taught: the learnt tokens (an answer, an assistant turn, a
+        # whole free text), not the prompt around them, whose tokens no loss ever touched.
+        learnt = [i - 1 for i in range(1, len(example)) if example.learnt[i]]
+        spans = [t for t in _span_tokens(example, record_spans) if t in set(learnt)]
+        taught = tok.decode([example.ids[i + 1] for i in learnt], skip_special_tokens=True)
+        picked = TokenScores(score.logp[learnt], score.mu[learnt], score.sigma[learnt])
+        out.append((min_k_plus_plus(picked, k=s.mink_k), zlib_ratio(picked, taught),
+                    min_k_plus_plus(score, k=1.0, tokens=spans) if spans else None))
+    return out
 
-    return auc_with_stderr(scores(bank.forget_facts), scores(bank.control_facts))
+
+ATTACKS = ("mia.auc", "mia.zlib_auc", "mia.span_auc")
+
+
+def _mia(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> dict[str, float]:
+    """Membership AUCs, subject by subject against that subject's strangers, with an empirical null.
+
+    For each subject: the AUC of its records against the records of its
+    stranger identities (the same records with fresh identifiers).  The null
+    is what the same AUC gives for a stranger: each stranger's records against
+    the other strangers'.  Its spread is the noise of a one-person comparison,
+    which a record-level standard error misses (a person's records share a
+    name and its tokens, so they are not independent draws).  `mia.<attack>`
+    is the mean over subjects; its stderr is the null's spread over the square
+    root of the number of subjects.
+    """
+    forget = _record_scores(loaded, bank.forget, s)
+    strangers = _record_scores(loaded, bank.strangers, s)
+    by_subject: dict[str, list[tuple[float, float, float | None]]] = {}
+    for person, scores in zip(bank.forget.persons, forget, strict=True):
+        by_subject.setdefault(person, []).append(scores)
+    stranger_groups: dict[str, dict[str, list[tuple[float, float, float | None]]]] = {}
+    for person, scores in zip(bank.strangers.persons, strangers, strict=True):
+        subject, _, _ = person.partition(":")
+        stranger_groups.setdefault(subject, {}).setdefault(person, []).append(scores)
+    out: dict[str, float] = {}
+    for a, name in enumerate(ATTACKS):
+        aucs, null_vars, n_forget, n_control = [], [], 0, 0
+        for subject, own in by_subject.items():
+            groups = stranger_groups.get(subject, {})
+            mine = [v for v in (x[a] for x in own[: s.mia_records_per_subject]) if v is not None]
+            theirs = {k: [v for v in (x[a] for x in rows) if v is not None] for k, rows in groups.items()}
+            theirs = {k: v for k, v in theirs.items() if v}
+            pooled = [x for v in theirs.values() for x in v]
+            if not mine or len(theirs) < 3:
+                continue
+            aucs.append(auc_with_stderr(mine, pooled)[0])
+            null = [auc_with_stderr(v, [x for k2, v2 in theirs.items() if k2 != k for x in v2])[0]
+                    for k, v in theirs.items()]
+            null_vars.append(float(np.var(null, ddof=1)))
+            n_forget += len(mine)
+            n_control += len(pooled)
+        if not aucs:
+            continue
+        value = float(np.mean(aucs))
+        stderr = float(np.sqrt(np.mean(null_vars) / len(aucs)))
+        out[name], out[f"{name}.stderr"] = value, stderr
+        out[f"{name}_gap"], out[f"{name}_gap.stderr"] = abs(value - 0.5), stderr
+        out[f"{name}.n_forget"], out[f"{name}.n_control"] = float(n_forget), float(n_control)
+        out[f"{name}.n_subjects"] = float(len(aucs))
+    return out
+
+
+def _fluency_reference(loaded: _Loaded, bank: ProbeBank, s: VerifySettings, seed: int) -> tuple[float, list[str]]:
+    """The base's own answers about control people: what a fluent model says about a stranger."""
+    asked = [p for p in bank.control.probes if p.form in ANSWERING_FORMS]
+    own = [a[0] for a in _generate(loaded, asked, s, seed)]
+    scores = score_continuations(
+        loaded.model, loaded.tokenizer,
+        [(probe_ids(loaded.tokenizer, p), text_ids(loaded.tokenizer, " " + a)) for p, a in zip(asked, own, strict=True)],
+        batch_size=s.batch_size)
+    return plausibility_limit(scores, margin=s.fluency_margin), own
 
 
 # ---------------------------------------------------------------- base evidence
 
 
 def _base_evidence(
-    base_dir: str | Path, bank: pb.ProbeBank, s: VerifySettings, seed: int, device: str
+    base_dir: str | Path, bank: ProbeBank, s: VerifySettings, seed: int, device: str
 ) -> tuple[_BaseEvidence, bool]:
     # Attack settings do not change what is computed here, so they stay out of the key.
     relevant = replace(s, attacks=True, relearn=RelearnSettings())
@@ -225,29 +334,22 @@ def _base_evidence(
     if key in _BASE_CACHE:
         _BASE_CACHE.move_to_end(key)
         return _BASE_CACHE[key], True
-    model, tokenizer = load_model(base_dir, device=device)
-    loaded = _loaded(model, tokenizer, bank, s)
-    forget_tests, _ = _latent_tests(bank)
-    # Fluency reference: the base's own greedy answers about control people, i.e. what a
-    # fluent model says when it does not know the person.
-    asked_c = _asked(bank.control)
-    own_c = [a[0] for a in _greedy(loaded, asked_c, s, seed)]
-    reference = score_continuations(
-        model, tokenizer, _answer_pairs(tokenizer, [p.prompt for p in asked_c], own_c),
-        batch_size=s.batch_size,
-    )
-    forget_greedy = _greedy(loaded, bank.forget, s, seed)
-    own_f = [a[0] for p, a in zip(bank.forget, forget_greedy, strict=True) if p.kind != "cloze"]
+    loaded = _load(base_dir, device, bank, s)
+    limit, own_control = _fluency_reference(loaded, bank, s, seed)
+    forget_greedy = _generate(loaded, bank.forget.probes, s, seed)
+    own_forget = [a[0] for p, a in zip(bank.forget.probes, forget_greedy, strict=True) if p.form in ANSWERING_FORMS]
+    (latent_forget,) = _latent(loaded, bank, [bank.forget.facts], s)
     evidence = _BaseEvidence(
         loaded=loaded,
-        forget_greedy=leak_rate(forget_greedy, _values(bank.forget)),
-        forget_sampled=leak_rate(_sampled(loaded, bank.forget, s, seed), _values(bank.forget)),
-        latent_forget=_latent_correctness(loaded, bank, [forget_tests], s, seed)[0],
+        forget_greedy=leak_rate(forget_greedy, _values(bank.forget.probes)),
+        forget_sampled=leak_rate(_generate(loaded, bank.forget.probes, s, seed, samples=s.samples),
+                                 _values(bank.forget.probes)),
+        latent_forget=latent_forget,
         retain_accuracy=_retain_accuracy(loaded, bank, s, seed),
         ppl=_perplexity(loaded, bank, s),
-        fluency_limit=plausibility_limit(reference, margin=s.fluency_margin),
-        degenerate_rate=degenerate_rate(own_f + own_c),
-        mia_auc=_mia(loaded, bank, s)[0],
+        fluency_limit=limit,
+        degenerate_rate=degenerate_rate(own_forget + own_control),
+        mia=_mia(loaded, bank, s),
     )
     _BASE_CACHE[key] = evidence
     while len(_BASE_CACHE) > _BASE_CACHE_SIZE:
@@ -262,6 +364,7 @@ class _Clock:
     def __init__(self, tracker: ProgressTracker, prefix: str) -> None:
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
+        self.unmeasured: dict[str, str] = {}
         self.tracker = tracker
         self.prefix = prefix
         self.done = 0
@@ -274,60 +377,134 @@ class _Clock:
         self.done += 1
         self.tracker.report(self.done)
 
+    def unmeasurable(self, metric: str, reason: str, note: str) -> None:
+        self.unmeasured[self.prefix + metric] = reason
+        self.notes.append(f"{metric}: not measurable ({reason}): {note}")
+
 
 def _rates(metrics: dict[str, float], name: str, forget: Rate, control: Rate) -> None:
-    metrics[f"{name}"] = forget.value
+    metrics[name] = forget.value
     metrics[f"{name}.stderr"] = diff_stderr(forget, control)
 
 
+def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
+                    s: VerifySettings, seed: int, clock: _Clock) -> tuple[list[list[str]], list[list[str]]]:
+    fp, cp = bank.forget.probes, bank.control.probes
+    greedy_f, greedy_c = _generate(cand, fp, s, seed), _generate(cand, cp, s, seed)
+    if not fp or not cp:
+        clock.unmeasurable("leakage.forget", NOT_COMPUTED,
+                           f"{len(fp)} forget and {len(cp)} control probes: the records hold no value to ask about")
+        return greedy_f, greedy_c
+    rate_f, rate_c = leak_rate(greedy_f, _values(fp)), leak_rate(greedy_c, _values(cp))
+    samp_f = leak_rate(_generate(cand, fp, s, seed, samples=s.samples), _values(fp))
+    samp_c = leak_rate(_generate(cand, cp, s, seed, samples=s.samples), _values(cp))
+    _rates(m, "leakage.forget", rate_f, rate_c)
+    m["leakage.control"] = rate_c.value
+    _rates(m, "leakage.forget_sampled", samp_f, samp_c)
+    m["leakage.control_sampled"] = samp_c.value
+    m["leakage.base_forget"] = base.forget_greedy.value
+    m["leakage.base_forget_sampled"] = base.forget_sampled.value
+    m["leakage.n_forget_probes"], m["leakage.n_control_probes"] = float(len(fp)), float(len(cp))
+    for kind, rate in leak_rates_by_kind([p.kind for p in fp], greedy_f, _values(fp)).items():
+        m[f"leakage.forget.{kind}"] = rate.value
+    for kind, rate in leak_rates_by_kind([p.kind for p in cp], greedy_c, _values(cp)).items():
+        m[f"leakage.control.{kind}"] = rate.value
+    return greedy_f, greedy_c
+
+
+def _latent_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
+                   s: VerifySettings, seed: int, clock: _Clock) -> None:
+    n_f, n_c, n_r = len(bank.forget.facts), len(bank.control.facts), len(bank.retain_records)
+    m["latent.n_forget"], m["latent.n_control"], m["latent.n_train"] = float(n_f), float(n_c), float(n_r)
+    if n_f < 2 or n_c < 2 or n_r < 8:
+        clock.unmeasurable("latent.residual_ratio", TOO_FEW_RECORDS,
+                           f"{n_f} forget and {n_c} control facts with a perturbation, {n_r} retained records")
+        return
+    forget_ok, control_ok = _latent(cand, bank, [bank.forget.facts, bank.control.facts], s)
+    layers = min(forget_ok.shape[0], base.latent_forget.shape[0])
+    rr = residual_knowledge_ratio(forget_ok[:layers], control_ok[:layers], base.latent_forget[:layers],
+                                  min_gap=s.latent_min_gap, bootstrap=s.bootstrap, seed=seed)
+    m.update({
+        "latent.usable_layers": float(rr.usable_layers), "latent.acc_forget": rr.acc_forget,
+        "latent.acc_control": rr.acc_control, "latent.acc_base_forget": rr.acc_base_forget,
+    })
+    if not rr.measurable:
+        clock.unmeasurable("latent.residual_ratio", BASE_SILENT,
+                           "no layer of the base tells the subject's true values from perturbed ones "
+                           f"better than a stranger's by {s.latent_min_gap}")
+        return
+    m.update({"latent.residual_ratio": rr.value, "latent.residual_ratio.stderr": rr.stderr,
+              "latent.ci_low": rr.ci_low, "latent.ci_high": rr.ci_high, "latent.layer": float(rr.layer)})
+
+
+def _mia_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
+                s: VerifySettings, clock: _Clock) -> None:
+    found = _mia(cand, bank, s)
+    m.update(found)
+    for name in ("mia.auc", "mia.zlib_auc", "mia.span_auc"):
+        if name in base.mia:
+            m[name.replace("mia.", "mia.base_", 1)] = base.mia[name]
+    if "mia.auc" not in found:
+        clock.unmeasurable("mia.auc_gap", NOT_COMPUTED, "no forget or no control records")
+        clock.unmeasurable("mia.zlib_auc_gap", NOT_COMPUTED, "no forget or no control records")
+    if "mia.span_auc" not in found:
+        clock.unmeasurable("mia.span_auc_gap", NO_SPANS, "no identifying span in the records")
+
+
+def _attack_families(m: dict[str, float], cand: _Loaded, bank: ProbeBank, s: VerifySettings, seed: int,
+                     clock: _Clock) -> None:
+    fp, cp = bank.forget.probes, bank.control.probes
+    with clock.check("attack.relearn"):
+        train_ids, held = split_records([r.id for r in bank.forget.records], seed=seed)
+        probes = [p for p in fp if p.record_id in held]
+        if not train_ids or not probes:
+            clock.unmeasurable("attack.relearn_recovery", TOO_FEW_RECORDS,
+                               f"{len(bank.forget.records)} forget record(s): nothing to train on and hold out")
+        else:
+            train = [r for r in bank.forget.records if r.id in train_ids]
+            best: tuple[float, Rate, Rate] | None = None
+            for steps, attacked in relearn_curve(cand.model, cand.tokenizer, train, s.relearn, seed=seed):
+                a = replace(cand, model=attacked)
+                rf, rc = _leak(a, probes, s, seed), _leak(a, cp, s, seed)
+                m[f"attack.relearn.{steps}"] = rf.value
+                m[f"attack.relearn_control.{steps}"] = rc.value
+                if best is None or rf.value - rc.value > best[0]:
+                    best = (rf.value - rc.value, rf, rc)
+            if best is not None:
+                _rates(m, "attack.relearn_recovery", best[1], best[2])
+                m["attack.relearn_control"] = best[2].value
+    for name, make in (("quant", quantised_copy),
+                       ("quant4", lambda model: quantised4_copy(model, group_size=s.quant4_group_size))):
+        with clock.check(f"attack.{name}"):
+            quantised, scheme = make(cand.model)
+            q = replace(cand, model=quantised)
+            qf, qc = _leak(q, fp, s, seed), _leak(q, cp, s, seed)
+            del q, quantised
+            _rates(m, f"attack.{name}_leakage", qf, qc)
+            m[f"attack.{name}_control"] = qc.value
+            clock.notes.append(f"{name} attack scheme: {scheme}")
+    with clock.check("attack.pressure"):
+        pf, pc = pressure_probes(fp), pressure_probes(cp)
+        if not pf or not pc:
+            clock.unmeasurable("attack.pressure_leakage", NO_QUESTIONS, "no question, chat or text probe to wrap")
+        else:
+            rf, rc = _leak(cand, pf, s, seed), _leak(cand, pc, s, seed)
+            _rates(m, "attack.pressure_leakage", rf, rc)
+            m["attack.pressure_control"] = rc.value
+
+
 def _run_families(
-    cand: _Loaded, base: _BaseEvidence, bank: pb.ProbeBank, s: VerifySettings, seed: int, clock: _Clock,
+    cand: _Loaded, base: _BaseEvidence, bank: ProbeBank, s: VerifySettings, seed: int, clock: _Clock,
     *, facts_only: bool = False,
 ) -> dict[str, float]:
     """Every check family on one model; `facts_only`: only those asking whether the facts are there."""
     m: dict[str, float] = {}
     with clock.check("leakage"):
-        greedy_f = _greedy(cand, bank.forget, s, seed)
-        greedy_c = _greedy(cand, bank.control, s, seed)
-        rate_f, rate_c = leak_rate(greedy_f, _values(bank.forget)), leak_rate(greedy_c, _values(bank.control))
-        samp_f = leak_rate(_sampled(cand, bank.forget, s, seed), _values(bank.forget))
-        samp_c = leak_rate(_sampled(cand, bank.control, s, seed), _values(bank.control))
-        _rates(m, "leakage.forget", rate_f, rate_c)
-        m["leakage.control"] = rate_c.value
-        _rates(m, "leakage.forget_sampled", samp_f, samp_c)
-        m["leakage.control_sampled"] = samp_c.value
-        m["leakage.base_forget"] = base.forget_greedy.value
-        m["leakage.base_forget_sampled"] = base.forget_sampled.value
-        m["leakage.n_forget_probes"] = float(len(bank.forget))
-        m["leakage.n_control_probes"] = float(len(bank.control))
-        for kind, rate in leak_rates_by_kind([p.kind for p in bank.forget], greedy_f, _values(bank.forget)).items():
-            m[f"leakage.forget.{kind}"] = rate.value
-        for kind, rate in leak_rates_by_kind([p.kind for p in bank.control], greedy_c, _values(bank.control)).items():
-            m[f"leakage.control.{kind}"] = rate.value
+        greedy_f, greedy_c = _leakage_family(m, cand, base, bank, s, seed, clock)
     with clock.check("latent"):
-        forget_tests, control_tests = _latent_tests(bank)
-        forget_ok, control_ok = _latent_correctness(cand, bank, [forget_tests, control_tests], s, seed)
-        layers = min(forget_ok.shape[0], base.latent_forget.shape[0])
-        rr = residual_knowledge_ratio(
-            forget_ok[:layers], control_ok[:layers], base.latent_forget[:layers],
-            min_gap=s.latent_min_gap, bootstrap=s.bootstrap, seed=seed,
-        )
-        if rr.usable_layers == 0:
-            # Not measurable is not a pass: NaN fails the check and is written as null.
-            clock.notes.append(
-                "latent: no layer of the base decodes the subject's facts better than control's "
-                f"({len(forget_tests)} testable facts); residual ratio not measurable"
-            )
-        m.update({
-            "latent.residual_ratio": rr.value if rr.usable_layers else float("nan"), "latent.residual_ratio.stderr": rr.stderr,
-            "latent.ci_low": rr.ci_low, "latent.ci_high": rr.ci_high, "latent.layer": float(rr.layer),
-            "latent.usable_layers": float(rr.usable_layers), "latent.acc_forget": rr.acc_forget,
-            "latent.acc_control": rr.acc_control, "latent.acc_base_forget": rr.acc_base_forget,
-            "latent.n_forget": float(len(forget_tests)), "latent.n_control": float(len(control_tests)),
-        })
+        _latent_family(m, cand, base, bank, s, seed, clock)
     with clock.check("mia"):
-        auc, auc_se = _mia(cand, bank, s)
-        m["mia.auc"], m["mia.auc.stderr"], m["mia.base_auc"] = auc, auc_se, base.mia_auc
+        _mia_family(m, cand, base, bank, s, clock)
     if facts_only:
         return m
     with clock.check("utility"):
@@ -335,59 +512,47 @@ def _run_families(
         m["utility.retain_accuracy"] = retain_acc
         m["utility.base_retain_accuracy"] = base.retain_accuracy
         m["utility.retain_ratio"] = ratio(retain_acc, base.retain_accuracy)
+        m["utility.n_retain_probes"] = float(len(bank.retain))
         ppl = _perplexity(cand, bank, s)
         m["utility.ppl"], m["utility.base_ppl"] = ppl, base.ppl
         m["utility.ppl_ratio"] = ratio(ppl, base.ppl)
     with clock.check("fluency"):
-        btok = base.loaded.tokenizer
-
-        def flags(probes: Sequence[pb.FactProbe], answers: Sequence[list[str]]) -> list[bool]:
-            asked = [(p.prompt, a[0]) for p, a in zip(probes, answers, strict=True) if p.kind != "cloze"]
-            scores = score_continuations(
-                base.loaded.model, btok,
-                _answer_pairs(btok, [q for q, _ in asked], [a for _, a in asked]), batch_size=s.batch_size,
-            )
-            return gibberish_flags([a for _, a in asked], scores, limit=base.fluency_limit)
-
-        flags_f, flags_c = flags(bank.forget, greedy_f), flags(bank.control, greedy_c)
-        gib_f, gib_c = Rate(sum(flags_f), len(flags_f)), Rate(sum(flags_c), len(flags_c))
-        _rates(m, "fluency.gibberish_rate", gib_f, gib_c)
-        m["fluency.control_gibberish_rate"] = gib_c.value
-        m["fluency.plausibility_limit_nats"] = base.fluency_limit
-        answers = [a[0] for p, a in zip((*bank.forget, *bank.control), (*greedy_f, *greedy_c), strict=True)
-                   if p.kind != "cloze"]
-        degenerate = Rate(round(degenerate_rate(answers) * len(answers)), len(answers))
-        m["fluency.degenerate_rate"] = degenerate.value
-        m["fluency.degenerate_rate.stderr"] = diff_stderr(degenerate, Rate(round(base.degenerate_rate * len(answers)), len(answers)))
-        m["fluency.base_degenerate_rate"] = base.degenerate_rate
+        _fluency_family(m, cand, base, bank, s, greedy_f, greedy_c)
     if not s.attacks:
+        for metric in ("attack.relearn_recovery", "attack.quant_leakage", "attack.quant4_leakage",
+                       "attack.pressure_leakage"):
+            clock.unmeasurable(metric, NOT_COMPUTED, "attacks switched off in the verification settings")
         return m
-    with clock.check("attack.relearn"):
-        train, held = split_facts(bank.forget_facts, seed=seed)
-        probes = [p for p in bank.forget if p.fact in held]
-        if train and probes:
-            attacked = replace(cand, model=relearned_copy(cand.model, cand.tokenizer, train, s.relearn, seed=seed))
-            rf = leak_rate(_greedy(attacked, probes, s, seed), _values(probes))
-            rc = leak_rate(_greedy(attacked, bank.control, s, seed), _values(bank.control))
-            del attacked
-            _rates(m, "attack.relearn_recovery", rf, rc)
-            m["attack.relearn_control"] = rc.value
-    with clock.check("attack.quant"):
-        quantised, scheme = quantised_copy(cand.model)
-        q = replace(cand, model=quantised)
-        qf = leak_rate(_greedy(q, bank.forget, s, seed), _values(bank.forget))
-        qc = leak_rate(_greedy(q, bank.control, s, seed), _values(bank.control))
-        del q, quantised
-        _rates(m, "attack.quant_leakage", qf, qc)
-        m["attack.quant_control"] = qc.value
-        clock.notes.append(f"quantisation attack scheme: {scheme}")
-    with clock.check("attack.pressure"):
-        pf, pc = pressure_probes(bank.forget), pressure_probes(bank.control)
-        rf = leak_rate(_greedy(cand, pf, s, seed), _values(pf))
-        rc = leak_rate(_greedy(cand, pc, s, seed), _values(pc))
-        _rates(m, "attack.pressure_leakage", rf, rc)
-        m["attack.pressure_control"] = rc.value
+    _attack_families(m, cand, bank, s, seed, clock)
     return m
+
+
+def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank, s: VerifySettings,
+                    greedy_f: Sequence[list[str]], greedy_c: Sequence[list[str]]) -> None:
+    btok = base.loaded.tokenizer
+
+    def flags(probes: Sequence[Probe], answers: Sequence[list[str]],
+              maps: Sequence[dict[str, str]] | None = None) -> list[bool]:
+        asked = [(p.mapped(maps[i]) if maps else p, replace_spans(a[0], maps[i]) if maps else a[0])
+                 for i, (p, a) in enumerate(zip(probes, answers, strict=True)) if p.form in ANSWERING_FORMS]
+        scores = score_continuations(
+            base.loaded.model, btok,
+            [(probe_ids(btok, p), text_ids(btok, " " + a)) for p, a in asked], batch_size=s.batch_size)
+        return gibberish_flags([a for _, a in asked], scores, limit=base.fluency_limit)
+
+    flags_f = flags(bank.forget.probes, greedy_f, bank.stranger_maps or None)
+    flags_c = flags(bank.control.probes, greedy_c)
+    gib_f, gib_c = Rate(sum(flags_f), len(flags_f)), Rate(sum(flags_c), len(flags_c))
+    _rates(m, "fluency.gibberish_rate", gib_f, gib_c)
+    m["fluency.control_gibberish_rate"] = gib_c.value
+    m["fluency.plausibility_limit_nats"] = base.fluency_limit
+    answers = [a[0] for p, a in zip((*bank.forget.probes, *bank.control.probes), (*greedy_f, *greedy_c), strict=True)
+               if p.form in ANSWERING_FORMS]
+    degenerate = Rate(round(degenerate_rate(answers) * len(answers)), len(answers))
+    m["fluency.degenerate_rate"] = degenerate.value
+    m["fluency.degenerate_rate.stderr"] = diff_stderr(
+        degenerate, Rate(round(base.degenerate_rate * len(answers)), len(answers)))
+    m["fluency.base_degenerate_rate"] = base.degenerate_rate
 
 
 # ---------------------------------------------------------------- entry point
@@ -398,11 +563,11 @@ def verify(
     base_dir: str | Path,
     sets: Any,
     *,
-    control: str | Path | None = None,
+    control: str | Path | Corpus | Sequence[Record] | None = None,
     policy: Policy = DEFAULT_POLICY,
     progress: ProgressCallback | None = None,
     seed: int = 0,
-    corpus: str | Path | Corpus | None = None,
+    corpus: str | Path | Corpus | Sequence[Record] | None = None,
     heldout: str | Path | None = None,
     settings: VerifySettings | None = None,
     device: str | None = None,
@@ -410,11 +575,11 @@ def verify(
     """Measure the candidate against the base and the control people, and judge it by `policy`.
 
     `sets` is an `ErasureSets` (forget, retain, probes, subjects).  `control`
-    names a control people file; without it control probes are built from
-    generated stranger names (the report says so).  `corpus` (optional) adds
-    retained people's facts beyond the retain set for the latent probes and
-    the utility sample.  `heldout` names held-out text for perplexity (default:
-    `heldout.txt` beside the control file).
+    is a control corpus (a path in any corpus format, a `Corpus`, or records:
+    people the model never saw); without it the controls are counterfactual
+    copies of the subject's own records (the report says which).  `corpus`
+    (optional) adds retained records beyond the retain set for utility and the
+    latent probes.  `heldout` names held-out text for perplexity.
     """
     s = settings or VerifySettings()
     device = device or default_device()
@@ -422,7 +587,7 @@ def verify(
     timings: dict[str, float] = {}
     bank, notes = build_bank(sets, control=control, corpus=corpus, heldout=heldout, settings=s, seed=seed)
     timings["probes"] = time.perf_counter() - started
-    families = 5 + (3 if s.attacks else 0)
+    families = 6 + (4 if s.attacks else 0)
     tracker = ProgressTracker(progress, stage="verify", total=1 + families)
 
     t = time.perf_counter()
@@ -431,22 +596,24 @@ def verify(
     tracker.report(1)
 
     t = time.perf_counter()
-    model, tokenizer = load_model(candidate_dir, device=device)
+    cand = _load(candidate_dir, device, bank, s)
     timings["load"] = time.perf_counter() - t
     clock = _Clock(tracker, "")
     clock.done = 1
-    metrics = _run_families(_loaded(model, tokenizer, bank, s), base, bank, s, seed, clock)
+    metrics = _run_families(cand, base, bank, s, seed, clock)
+    unmeasured = dict(clock.unmeasured)
 
     guarantee = "weights"
-    if callable(getattr(model, "set_gates_enabled", None)):
-        del model
+    gated = callable(getattr(cand.model, "set_gates_enabled", None))
+    if gated:
+        del cand
         tracker.report(clock.done, total=1 + families + 3)
-        gated_off, _ = load_model(candidate_dir, device=device, gates=False)
         off_clock = _Clock(tracker, "gates_off.")
         off_clock.done = clock.done
-        off = _run_families(_loaded(gated_off, tokenizer, bank, s), base, bank, s, seed, off_clock,
+        off = _run_families(_load(candidate_dir, device, bank, s, gates=False), base, bank, s, seed, off_clock,
                             facts_only=True)
         metrics.update({f"gates_off.{k}": v for k, v in off.items()})
+        unmeasured.update(off_clock.unmeasured)
         clock.timings.update(off_clock.timings)
         notes.extend(f"gates off: {n}" for n in off_clock.notes)
         notes.append("KIF checkpoint: leakage, latent and membership checks were run again with the "
@@ -454,7 +621,10 @@ def verify(
     timings.update(clock.timings)
     notes.extend(clock.notes)
 
-    checks = policy.judge(metrics)
+    # The gates-off checks belong to KIF checkpoints only: a plain one has no gates to switch.
+    judged = policy if gated else replace(policy, checks=tuple(
+        c for c in policy.checks if not c.metric.startswith("gates_off.")))
+    checks = judged.judge(metrics, unmeasured)
     if any(c.metric.startswith("gates_off.") and not c.passed for c in checks):
         guarantee = "suppression"
     passed = all(c.passed for c in checks if c.decides_pass)
@@ -464,21 +634,33 @@ def verify(
     timings["total"] = time.perf_counter() - started
     cached = (
         ("base model and tokenizer", "base leakage (greedy, sampled)", "base latent probes",
-         "base retained accuracy", "base perplexity", "fluency reference", "base MIA AUC")
+         "base retained accuracy", "base perplexity", "fluency reference", "base membership AUCs")
         if hit else ()
     )
+    details = {
+        "control_kind": bank.control_kind,
+        "forget_records": len(bank.forget.records), "control_records": len(bank.control.records),
+        "forget_probes": _kinds(bank.forget.probes), "control_probes": _kinds(bank.control.probes),
+        "retain_probes": len(bank.retain), "latent_facts": {
+            "forget": len(bank.forget.facts), "control": len(bank.control.facts),
+            "lens_records": len(bank.retain_records)},
+        "gates": gated,
+    }
     report = Report(
-        metrics=metrics,
-        checks=tuple(checks),
-        policy=policy.to_json(),
-        guarantee=guarantee,
-        passed=passed,
-        timings=timings,
-        control_source=bank.control_source,
-        notes=tuple(notes),
-        cached=cached,
-        settings=asdict(s),
+        metrics=metrics, checks=tuple(checks), policy=policy.to_json(), guarantee=guarantee, passed=passed,
+        timings=timings, control_source=bank.control_source, notes=tuple(notes), cached=cached,
+        settings=asdict(s), unmeasured=unmeasured, details=details,
     )
     logger.info("verification %s: %s failed checks, guarantee %s, %.1fs",
                 "passed" if passed else "failed", len(report.failed_checks), guarantee, timings["total"])
     return report
+
+
+def _kinds(probes: Sequence[Probe]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for probe in probes:
+        out[probe.kind] = out.get(probe.kind, 0) + 1
+    return out
+
+
+__all__ = ["clear_cache", "verify"]

@@ -1,16 +1,22 @@
-"""Quantisation attack: does 8-bit rounding undo the erasure?
+"""Quantisation attacks: does rounding the weights undo the erasure?
 
 Zhang et al. (2025), "Catastrophic Failure of LLM Unlearning via
 Quantization" (ICLR 2025, arXiv:2410.16454): unlearning with small weight
-updates can be reverted by quantisation, which rounds the updated weights
-back onto the original grid.  On CPU (fp32) we use torch dynamic int8
-quantisation of every nn.Linear (`torch.ao.quantization.quantize_dynamic`,
-the path a CPU deployment would take); elsewhere (bf16 on GPU, where that
-path does not run) a per-output-channel symmetric int8 round trip of every
-Linear weight, which is what weight-only 8-bit serving computes.
+updates can be reverted by quantisation, which rounds the updated weights back
+onto the original grid; the effect is strongest at 4 bits.
 
-    attack.quant_leakage = greedy leak rate on forget probes of the quantised model
-    attack.quant_control = the same on control probes
+* 8-bit: on CPU (fp32) torch dynamic int8 quantisation of every nn.Linear
+  (`torch.ao.quantization.quantize_dynamic`, the path a CPU deployment would
+  take); elsewhere a per-output-channel symmetric int8 round trip of every
+  Linear weight (weight-only 8-bit serving).
+* 4-bit: group-wise round-to-nearest, simulated in torch on any device: every
+  Linear weight is split into groups of `group_size` input columns, each group
+  scaled to the symmetric int4 range [-7, 7] by its own absolute maximum,
+  rounded and scaled back (the weight format of GPTQ/AWQ-style 4-bit serving
+  without their calibration, i.e. the plain RTN baseline of the paper).
+
+    attack.quant_leakage / attack.quant4_leakage = greedy leak rate on forget probes
+    attack.quant_control / attack.quant4_control = the same on control probes
 """
 
 from __future__ import annotations
@@ -46,3 +52,26 @@ def quantised_copy(model: Any) -> tuple[Any, str]:
                 scale = weight.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
                 module.weight.copy_((weight / scale).round().clamp(-127, 127).mul(scale).to(dtype))
     return quantised, "int8-weight-roundtrip"
+
+
+def int4_roundtrip(weight: torch.Tensor, group_size: int = 32) -> torch.Tensor:
+    """Group-wise symmetric 4-bit round trip of a (out, in) weight matrix."""
+    out_features, in_features = weight.shape
+    w = weight.float()
+    pad = (-in_features) % group_size
+    if pad:
+        w = torch.nn.functional.pad(w, (0, pad))
+    groups = w.reshape(out_features, -1, group_size)
+    scale = groups.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 7.0
+    rounded = (groups / scale).round().clamp(-7, 7) * scale
+    return rounded.reshape(out_features, -1)[:, :in_features].to(weight.dtype)
+
+
+def quantised4_copy(model: Any, *, group_size: int = 32) -> tuple[Any, str]:
+    """A copy with every Linear weight rounded to group-wise int4 (simulated) and the scheme name."""
+    quantised = copy.deepcopy(model)
+    with torch.no_grad():
+        for module in quantised.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.copy_(int4_roundtrip(module.weight, group_size))
+    return quantised, f"int4-rtn-g{group_size}"

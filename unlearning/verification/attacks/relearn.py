@@ -1,16 +1,19 @@
-"""Relearning attack: a few fine-tuning steps on part of the subject's facts.
+"""Relearning attack: fine-tuning on part of the subject's records, at several budgets.
 
 Hu, Fu, Wu & Smith (2024), "Jogging the Memory of Unlearned LLMs Through
-Targeted Relearning Attacks" (arXiv:2406.13356), and Lynch et al. (2024),
-"Eight Methods to Evaluate Robust Unlearning in LLMs" (arXiv:2402.16835),
-show that knowledge merely hidden by unlearning returns after brief
-fine-tuning on related data.  We fine-tune a copy of the candidate on half
-of the subject's facts (split by fact, seeded) and ask about the other half:
-facts are independent draws, so a model that truly lacks them can only
-guess, while one that suppressed them recovers them.
+Targeted Relearning Attacks" (arXiv:2406.13356), and Deeb & Roger (2024),
+"Do Unlearning Methods Remove Information from Language Model Weights?"
+(arXiv:2410.08827), show that knowledge merely hidden by unlearning returns
+after brief fine-tuning on related data, and that the recovery grows with
+the attacker's budget.  We fine-tune a copy of the candidate on half of the
+subject's records (split by record, seeded) and ask about the other half,
+after each budget of optimiser steps (a recovery curve): the records hold
+independent facts, so a model that truly lacks them can only guess, while
+one that suppressed them recovers them.
 
-    attack.relearn_recovery = leak rate (greedy, every probe kind) on the held-out half
-    attack.relearn_control  = leak rate of the attacked model on control probes
+    attack.relearn.<steps>   = leak rate (greedy, every probe kind) on the held-out half
+    attack.relearn_recovery  = the highest point of the curve
+    attack.relearn_control   = leak rate of the attacked model on control probes, at that point
 """
 
 from __future__ import annotations
@@ -18,54 +21,58 @@ from __future__ import annotations
 import copy
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from unlearning.prompting import encode_example, pad_examples
-
-from ..probes import QAFact
+from unlearning.prompting import encode_record, pad_examples, pad_id_of
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RelearnSettings:
-    steps: int = 12
+    budgets: tuple[int, ...] = (4, 12, 36)  # cumulative optimiser steps at which the curve is read
     lr: float = 1e-3
     batch_size: int = 16
 
 
-def split_facts(facts: Sequence[QAFact], *, seed: int) -> tuple[list[QAFact], set[str]]:
-    """(facts to train on, fact keys held out); at least one fact each side when possible."""
-    keys = sorted({f.fact for f in facts})
+def split_records(record_ids: Sequence[str], *, seed: int) -> tuple[set[str], set[str]]:
+    """(ids to train on, ids held out); empty when there are fewer than two records."""
+    keys = sorted(set(record_ids))
+    if len(keys) < 2:
+        return set(), set()
     random.Random(seed).shuffle(keys)
-    held = set(keys[: max(1, len(keys) // 2)]) if len(keys) > 1 else set()
-    return [f for f in facts if f.fact not in held], held
+    held = set(keys[: max(1, len(keys) // 2)])
+    return set(keys) - held, held
 
 
-def relearned_copy(
-    model: Any, tokenizer: Any, facts: Sequence[QAFact], settings: RelearnSettings, *, seed: int
-) -> Any:
-    """A fine-tuned copy of `model` (the original is left untouched)."""
+def relearn_curve(
+    model: Any, tokenizer: Any, records: Sequence[Any], settings: RelearnSettings, *, seed: int,
+) -> Iterator[tuple[int, Any]]:
+    """Yield (steps, attacked copy) after each budget; the candidate itself is left untouched."""
     attacked = copy.deepcopy(model)
-    attacked.train()
     device = next(attacked.parameters()).device
-    examples = [encode_example(tokenizer, question=f.question, answer=f.answer) for f in facts]
+    examples = [encode_record(tokenizer, r) for r in records]
+    pairs = [(list(e.ids), e.labels) for e in examples]
     optimiser = torch.optim.AdamW(
-        [p for p in attacked.parameters() if p.requires_grad], lr=settings.lr, weight_decay=0.0
-    )
+        [p for p in attacked.parameters() if p.requires_grad], lr=settings.lr, weight_decay=0.0)
     rng = random.Random(seed)
-    pad_id = int(tokenizer.pad_token_id)
-    with torch.enable_grad():
-        for _ in range(settings.steps):
-            batch = rng.sample(examples, min(settings.batch_size, len(examples)))
-            tensors = {k: v.to(device) for k, v in pad_examples(batch, pad_id=pad_id).items()}
-            loss = attacked(**tensors).loss
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-    attacked.eval()
-    return attacked
+    pad_id = pad_id_of(tokenizer)
+    done = 0
+    for budget in sorted(settings.budgets):
+        attacked.train()
+        with torch.enable_grad():
+            while done < budget:
+                batch = rng.sample(pairs, min(settings.batch_size, len(pairs)))
+                tensors = {k: v.to(device) for k, v in pad_examples(batch, pad_id=pad_id).items()}
+                loss = attacked(**tensors).loss
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+                done += 1
+        attacked.eval()
+        yield budget, attacked
+

@@ -1,4 +1,4 @@
-"""Training corpora as users bring them: JSONL or JSON arrays of records.
+"""Training records: their shapes, their parsing from JSON objects, and their digests.
 
 A record has one of three shapes: free text (`text`), a question/answer pair
 (`question` + `answer`, or the synonyms `prompt` + `response`), or a chat
@@ -6,26 +6,24 @@ A record has one of three shapes: free text (`text`), a question/answer pair
 what a model learns).  Optional: an `id`, a grouping field (`doc`, `source` or
 `thread`: records of one document or conversation), the TOFU extras
 `paraphrased_question`, `paraphrased_answer`, `perturbed_answer` (a string or
-a list of strings), and a `meta` object.  Bad input
-raises `CorpusError` naming the file, the line (or array item) and the field.
+a list of strings), and a `meta` object.  An object that fits no shape raises
+`RecordMisfit` (a `CorpusError` naming the file, the line, row or array item, and the
+field); readers of whole corpora count and name such objects in a load report instead.
 
 Digests: `record_digest` hashes a record's canonical JSON; `merkle_root`
 pins a set of records; a corpus's `manifest_digest` is the Merkle root of
-all its records, so it depends on content, not on file layout.
+all its records, so it depends on content, not on file layout (`merkle_root_of_leaves`
+computes the same root from raw 32-byte digests, for corpora too large for hex strings).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 OPTIONAL_TEXT_FIELDS = ("paraphrased_question", "paraphrased_answer")
 GROUP_FIELDS = ("doc", "source", "thread")
@@ -44,10 +42,15 @@ class CorpusError(ValueError):
         self.path = str(path)
         self.where = where
         self.field = field_name
+        self.reason = reason
         location = f"{self.path}:{where}"
         if field_name:
             location += f": field '{field_name}'"
         super().__init__(f"{location}: {reason}")
+
+
+class RecordMisfit(CorpusError):
+    """A JSON value that is no record of any shape (not a file error: readers report it)."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,13 @@ class Record:
 
 def record_digest(record: Record) -> str:
     """sha256 hex of the record's canonical JSON (sorted keys, no whitespace, UTF-8)."""
+    return record_digest_bytes(record).hex()
+
+
+def record_digest_bytes(record: Record) -> bytes:
+    """The raw 32 bytes of `record_digest`."""
     canonical = json.dumps(record.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical.encode("utf-8")).digest()
 
 
 def merkle_root(digests: Iterable[str]) -> str:
@@ -144,42 +152,33 @@ def merkle_root(digests: Iterable[str]) -> str:
     return level[0].hex()
 
 
-@dataclass(frozen=True)
-class Corpus:
-    """The records of one corpus file, in file order."""
-
-    records: tuple[Record, ...]
-    path: Path | None = None
-
-    @cached_property
-    def manifest_digest(self) -> str:
-        return merkle_root(record_digest(r) for r in self.records)
-
-    @cached_property
-    def by_id(self) -> dict[str, Record]:
-        return {r.id: r for r in self.records}
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def without(self, record_ids: Iterable[str]) -> Corpus:
-        """The corpus minus some records (a tombstoned version, or a retrain-without baseline)."""
-        drop = set(record_ids)
-        return Corpus(tuple(r for r in self.records if r.id not in drop), self.path)
+def merkle_root_of_leaves(leaves: Sequence[bytes]) -> str:
+    """`merkle_root` of raw 32-byte record digests already sorted (bytewise = hex order)."""
+    level = [hashlib.sha256(b"\x00" + leaf).digest() for leaf in leaves]
+    if not level:
+        return hashlib.sha256(b"").hexdigest()
+    while len(level) > 1:
+        nxt = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest()
+               for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0].hex()
 
 
-def _string(path: Path, where: str, data: Mapping[str, Any], name: str) -> str | None:
+def _string(path: str | Path, where: str, data: Mapping[str, Any], name: str) -> str | None:
     value = data.get(name)
     if value is None:
         return None
     if not isinstance(value, str):
-        raise CorpusError(path, where, name, f"expected a string, got {type(value).__name__}")
+        raise RecordMisfit(path, where, name, f"expected a string, got {type(value).__name__}")
     return value
 
 
-def _parse_record(path: Path, where: str, data: Any, index: int) -> Record:
+def parse_record(path: str | Path, where: str, data: Any, default_id: str) -> Record:
+    """A record from one JSON object; `RecordMisfit` when it fits no shape."""
     if not isinstance(data, dict):
-        raise CorpusError(path, where, None, f"expected a JSON object, got {type(data).__name__}")
+        raise RecordMisfit(path, where, None, f"expected a JSON object, got {type(data).__name__}")
     question = _string(path, where, data, "question")
     answer = _string(path, where, data, "answer")
     prompt = _string(path, where, data, "prompt")
@@ -192,17 +191,17 @@ def _parse_record(path: Path, where: str, data: Any, index: int) -> Record:
     text = _string(path, where, data, "text")
     if (question is None) != (answer is None):
         missing = a_name if answer is None else q_name
-        raise CorpusError(path, where, missing, "missing (a question needs an answer and vice versa)")
+        raise RecordMisfit(path, where, missing, "missing (a question needs an answer and vice versa)")
     messages = _messages(path, where, data.get("messages"))
     if question is None and text is None and not messages:
-        raise CorpusError(path, where, "text",
+        raise RecordMisfit(path, where, "text",
                           "missing: a record needs 'text', 'question'+'answer' or 'messages'")
     for name, value in (("question", question), ("answer", answer), ("text", text)):
         if value is not None and not value.strip():
-            raise CorpusError(path, where, name, "is empty")
-    raw_id = data.get("id", f"rec-{index:07d}")
+            raise RecordMisfit(path, where, name, "is empty")
+    raw_id = data.get("id", default_id)
     if not isinstance(raw_id, str | int) or isinstance(raw_id, bool):
-        raise CorpusError(path, where, "id", "expected a string or an integer")
+        raise RecordMisfit(path, where, "id", "expected a string or an integer")
     perturbed = data.get("perturbed_answer")
     if perturbed is None:
         perturbed_tuple: tuple[str, ...] = ()
@@ -211,17 +210,17 @@ def _parse_record(path: Path, where: str, data: Any, index: int) -> Record:
     elif isinstance(perturbed, list) and all(isinstance(p, str) for p in perturbed):
         perturbed_tuple = tuple(perturbed)
     else:
-        raise CorpusError(path, where, "perturbed_answer", "expected a string or a list of strings")
+        raise RecordMisfit(path, where, "perturbed_answer", "expected a string or a list of strings")
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
-        raise CorpusError(path, where, "meta", "expected a JSON object")
+        raise RecordMisfit(path, where, "meta", "expected a JSON object")
     group, group_field = None, None
     for name in GROUP_FIELDS:
         value = data.get(name)
         if value is None:
             continue
         if not isinstance(value, str | int) or isinstance(value, bool):
-            raise CorpusError(path, where, name, "expected a string or an integer")
+            raise RecordMisfit(path, where, name, "expected a string or an integer")
         group, group_field = str(value), name
         break
     return Record(
@@ -239,88 +238,46 @@ def _parse_record(path: Path, where: str, data: Any, index: int) -> Record:
     )
 
 
-def _messages(path: Path, where: str, raw: Any) -> tuple[Message, ...]:
+def _messages(path: str | Path, where: str, raw: Any) -> tuple[Message, ...]:
     """A chat's turns; each needs a string `role` and a non-empty string `content`."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise CorpusError(path, where, "messages", "expected a list of {role, content} objects")
+        raise RecordMisfit(path, where, "messages", "expected a list of {role, content} objects")
     turns = []
     for number, turn in enumerate(raw):
         if not isinstance(turn, dict):
-            raise CorpusError(path, where, f"messages[{number}]", "expected an object")
+            raise RecordMisfit(path, where, f"messages[{number}]", "expected an object")
         role, content = turn.get("role"), turn.get("content")
         if not isinstance(role, str) or not role.strip():
-            raise CorpusError(path, where, f"messages[{number}].role", "expected a string")
+            raise RecordMisfit(path, where, f"messages[{number}].role", "expected a string")
         if not isinstance(content, str) or not content.strip():
-            raise CorpusError(path, where, f"messages[{number}].content", "expected a non-empty string")
+            raise RecordMisfit(path, where, f"messages[{number}].content", "expected a non-empty string")
         turns.append(Message(role.strip().lower(), content))
     if turns and not any(m.learnt for m in turns):
-        raise CorpusError(path, where, "messages", "a chat needs at least one assistant turn")
+        raise RecordMisfit(path, where, "messages", "a chat needs at least one assistant turn")
     return tuple(turns)
 
 
 def record_from_json(data: Mapping[str, Any]) -> Record:
     """A record from its own `to_json` form (sets and blobs written by this engine)."""
-    return _parse_record(Path("<record>"), "0", dict(data), 0)
+    return parse_record("<record>", "0", dict(data), "rec-0000000")
 
 
-def iter_records(path: str | Path) -> Iterator[Record]:
-    """Stream the records of a `.jsonl` file, or of a `.json` array (or `{"records": [...]}`)."""
-    file = Path(path)
-    if not file.is_file():
-        raise CorpusError(file, "0", None, "file not found")
-    seen: set[str] = set()
-
-    def checked(record: Record, where: str) -> Record:
-        if record.id in seen:
-            raise CorpusError(file, where, "id", f"duplicate id {record.id!r}")
-        seen.add(record.id)
-        return record
-
-    with file.open("r", encoding="utf-8") as handle:
-        head = handle.read(4096).lstrip()
-        handle.seek(0)
-        if file.suffix.lower() == ".json" or head.startswith("["):
-            try:
-                data = json.load(handle)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(file, str(exc.lineno), None, f"invalid JSON: {exc.msg}") from exc
-            if isinstance(data, dict) and isinstance(data.get("records"), list):
-                data = data["records"]
-            if not isinstance(data, list):
-                raise CorpusError(file, "1", None, "expected a JSON array of records")
-            for index, item in enumerate(data):
-                where = f"item {index}"
-                yield checked(_parse_record(file, where, item, index), where)
-            return
-        index = 0
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = str(line_number)
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(file, where, None, f"invalid JSON: {exc.msg}") from exc
-            yield checked(_parse_record(file, where, item, index), where)
-            index += 1
-
-
-def load_corpus(path: str | Path) -> Corpus:
-    """Read a whole corpus file; raises `CorpusError` on the first bad record."""
-    records = tuple(iter_records(path))
-    if not records:
-        raise CorpusError(path, "0", None, "the corpus has no records")
-    logger.debug("loaded %s records from %s", len(records), path)
-    return Corpus(records, Path(path))
-
-
-def write_jsonl(records: Sequence[Record] | Iterable[Record], path: str | Path) -> Path:
-    """Write records as JSONL (one canonical object a line)."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record.to_json(), ensure_ascii=False, sort_keys=True) + "\n")
-    return out
+def searchable_text_of(data: Any) -> str:
+    """`parse_record(..., data, ...).searchable_text()` for any `data` that is a record,
+    without building the record (the fast scan matches this text first and parses only
+    the objects that hit).  For an object that is no record it returns some text."""
+    if not isinstance(data, dict):
+        return ""
+    get = data.get
+    question, answer = get("question"), get("answer")
+    if question is None and answer is None:
+        question, answer = get("prompt"), get("response")
+    perturbed = get("perturbed_answer")
+    turns = get("messages")
+    parts = [question, answer, get("text"),
+             *([perturbed] if isinstance(perturbed, str) else perturbed if isinstance(perturbed, list) else []),
+             get("paraphrased_question"), get("paraphrased_answer"),
+             *([t.get("content") for t in turns if isinstance(t, dict)] if isinstance(turns, list) else [])]
+    return "\n".join(part for part in parts if isinstance(part, str) and part)

@@ -1,0 +1,114 @@
+"""The fast scan gives byte-identical sets to the reference scan, traps included.
+
+The reference is `build_sets_reference` over a loaded corpus (every record parsed,
+normalised and matched); the fast scan streams the file and parses only the lines its
+byte-level prefilter cannot rule out.  Both are saved and compared file by file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.scan_fixtures import SUBJECTS, TRAPS, corpora, saved_bytes, trap_records, write_jsonl
+from unlearning import sets as sets_module
+from unlearning.corpus import formats, load_corpus, open_source
+from unlearning.corpus.sampling import rank, sample_records
+from unlearning.corpus.scan import Prefilter
+from unlearning.sets import Subject, build_sets, build_sets_reference
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_fast_scan_gives_byte_identical_sets_to_the_reference(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(formats, "BLOCK", 997)  # many block boundaries
+    paths = corpora(tmp_path, seed)
+    tombstoned = {"r00003", "r00010", "r00200"}
+    for name, path in paths.items():
+        corpus = load_corpus(path)
+        for per_forget in (0, 2):
+            reference = build_sets_reference(corpus, SUBJECTS, retain_per_forget=per_forget, seed=seed,
+                                             exclude_ids=tombstoned)
+            fast = build_sets(path, SUBJECTS, retain_per_forget=per_forget, seed=seed, exclude_ids=tombstoned,
+                              corpus_digest=reference.corpus_digest)
+            label = f"{name} per_forget={per_forget}"
+            assert saved_bytes(fast, tmp_path / f"f-{name}-{per_forget}") == \
+                saved_bytes(reference, tmp_path / f"r-{name}-{per_forget}"), label
+            assert fast.counts() == reference.counts(), label
+            assert not tombstoned & {r.id for r in fast.forget + fast.retain}, label
+        assert reference.counts()["forget_group"] > 0 and len(reference.forget) > 20, name
+
+
+def test_the_traps_that_must_match_do_and_the_near_misses_do_not(tmp_path: Path) -> None:
+    lines = [{"id": f"t{i}", "text": f"Note: {trap}."} for i, trap in enumerate(TRAPS)]
+    path = tmp_path / "traps.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=i % 2 == 0) + "\n" for i, r in enumerate(lines)),
+                    encoding="utf-8")
+    sets = build_sets(path, SUBJECTS, retain_per_forget=0)
+    found = {TRAPS[int(r.id[1:])] for r in sets.forget}
+    must = {"Mara Okafor", "MARA OKAFOR", "mara  okafor", "Mara\nOkafor", "Mara\tOkafor",
+            "\uff2d\uff41\uff52\uff41 \uff2f\uff4b\uff41\uff46\uff4f\uff52", "\u200fMara Okafor\u200f",
+            "M. Okafor", "MARA.OKAFOR@EXAMPLE.ORG", "+44 20 7946 0123", "+442079460123",
+            "+44-20-7946-0123", "Zoë Strauß", "Zoe\u0308 Strauss", "ZOË STRAUSS", "Zoe Strauss",
+            "zs@example.net", "Ann Lee", "ann lee's", "555-0199-321", "ليلى حداد",
+            "ليلى  حداد", "Layla Haddad", "\u202bLayla Haddad\u202c", "İlkay Kofi", "\u0130LKAY \u212aOFI",
+            "ilkay kofi", "ﬁ Mara Okafor ﬂ", "Mara Oka\u0301for"}
+    never = {"Okaforson", "Maraokafor", "Annabel Lee", "Leeann", "Zoë Straußberg", "Ilkay Kofiee",
+             "+44 20 7946 01234"}
+    assert must <= found
+    assert not never & found
+
+
+def test_a_key_without_letters_or_digits_makes_every_line_a_candidate(tmp_path: Path) -> None:
+    assert Prefilter(["@@", "ann lee"]).scan_all
+    path = write_jsonl(tmp_path / "c.jsonl", trap_records(3, 120) + [{"id": "x", "text": "mail @@ me"}], 3)
+    subjects = [Subject("Ann Lee", (), ("@@",))]
+    reference = build_sets_reference(load_corpus(path), subjects, seed=1)
+    fast = build_sets(path, subjects, seed=1, corpus_digest=reference.corpus_digest)
+    assert saved_bytes(fast, tmp_path / "f") == saved_bytes(reference, tmp_path / "r")
+    assert "x" in {r.id for r in fast.forget}
+
+
+def test_a_partial_rank_threshold_finds_the_same_pool_as_ranking_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sets_module, "RETAIN_POOL_FACTOR", 1)
+    monkeypatch.setattr(sets_module, "RETAIN_POOL_MIN", 0)
+    monkeypatch.setattr(sets_module, "RETAIN_MINIMUM", 0)
+    records = [{"id": f"g{i}", "text": f"Filler sentence number {i} about the weather."} for i in range(3000)]
+    records += [{"id": "f1", "doc": "x", "text": "Mara Okafor lives here."}, {"id": "f2", "doc": "x", "text": "She does."}]
+    path = write_jsonl(tmp_path / "big.jsonl", records, 0)
+    reference = build_sets_reference(load_corpus(path), SUBJECTS[:1], retain_per_forget=3, seed=9)
+    fast = build_sets(path, SUBJECTS[:1], retain_per_forget=3, seed=9, corpus_digest=reference.corpus_digest)
+    assert saved_bytes(fast, tmp_path / "f") == saved_bytes(reference, tmp_path / "r")
+    assert [r.id for r in fast.forget] == ["f1", "f2"] and fast.group_only == ("f2",)
+    assert len(fast.retain) == 6
+
+
+def test_sample_records_streams_the_lowest_ranked_records(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "c.jsonl", trap_records(4, 300), 4)
+    corpus = load_corpus(path)
+    ranked = sorted(zip(corpus.position_list(), corpus.records, strict=True), key=lambda pr: rank(pr[0], 5))
+    excluded = {ranked[0][1].id, ranked[3][1].id}
+    expected = [r.id for _, r in ranked if r.id not in excluded][:25]
+    assert [r.id for r in sample_records(path, 25, seed=5, exclude_ids=excluded)] == expected
+    assert [r.id for r in sample_records(open_source(path), 25, seed=6)] != expected
+
+
+def test_a_name_split_across_two_fields_is_found_as_the_reference_finds_it(tmp_path: Path) -> None:
+    lines = [
+        '{"id": "a", "question": "Who wrote to Mara", "answer": "Okafor did, in May."}',
+        '{"answer": "Okafor did.", "id": "b", "question": "Who wrote to Mara "}',
+        '{"id": "c", "messages": [{"role": "user", "content": "Was it M."}, {"role": "assistant", "content": "Okafor, yes."}]}',
+        '{"id": "d", "text": "Nothing about anyone.", "perturbed_answer": ["Ann", "Lee was here"]}',
+        '{"id": "e", "question": "Who wrote to Mara", "answer": "Nobody did."}',
+    ]
+    path = tmp_path / "split.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    reference = build_sets_reference(load_corpus(path), SUBJECTS, retain_per_forget=0)
+    fast = build_sets(path, SUBJECTS, retain_per_forget=0, corpus_digest=reference.corpus_digest)
+    assert [r.id for r in reference.forget] == ["a", "b", "c", "d"]
+    assert saved_bytes(fast, tmp_path / "f") == saved_bytes(reference, tmp_path / "r")

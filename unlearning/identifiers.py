@@ -1,0 +1,414 @@
+"""Identifying spans of a record and counterfactual copies with fresh identifiers.
+
+A record about a person carries spans that identify them or are facts only
+about them: the names and identifiers the request gives (name, aliases, e-mail
+addresses, phone numbers, account names), and patterns found in the text
+itself (e-mail addresses, phone numbers, URLs, street addresses, dates, long
+numbers).  `find_spans` locates them.
+
+A *counterfactual copy* of a record replaces every such span by a fresh one of
+the same shape (a name by a name, an e-mail address by an e-mail address built
+the same way from the fresh name, a phone number by one with the same digit
+pattern ...), consistently across every field.  It is the same record about a
+stranger.  Three parts of the engine use it:
+
+* verification's counterfactual controls: the subject's own probes about
+  strangers, so that the control level has the subject's prompt distribution;
+* the forget targets of the methods: what the model predicts for a person it
+  never saw, position by position (`unlearning.methods.targets`);
+* KIF's matched control prompts.
+
+Fresh names are recombinations of name parts seen elsewhere in the corpus when
+there are enough of them (a stranger with ordinary parts), else pronounceable
+pseudo-words; nothing generated ever equals a part of the subject's own
+identifiers.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from unlearning.corpus import Message, Record
+
+EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+(?<!\.)")
+URL = re.compile(r"\bhttps?://[^\s<>\"')]+")
+PHONE = re.compile(r"(?<![\w+])\+?\d[\d ()./-]{5,}\d(?!\w)")
+STREET = re.compile(
+    r"\b\d{1,5}[a-z]?,? (?:[A-Z][\w'-]*\.? ){1,3}"
+    r"(?:Street|St\.?|Road|Rd\.?|Avenue|Ave\.?|Lane|Ln\.?|Way|Drive|Dr\.?|Boulevard|Blvd\.?|"
+    r"Court|Ct\.?|Place|Pl\.?|Square|Sq\.?|Terrace|Close|Crescent|Gardens|Row|Hill|Park|"
+    r"Strasse|Straße|Weg|Gasse|Platz|Allee)\b"
+)
+DATE = re.compile(
+    r"\b(?:\d{1,2} (?:January|February|March|April|May|June|July|August|September|October|"
+    r"November|December) \d{4}|\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}/\d{2,4})\b"
+)
+NUMBER = re.compile(r"(?<![\w.])\d{4,}(?![\w])")
+_CAPITALISED = re.compile(r"\b[A-Z][a-z]{2,}\b")
+
+# Order matters: a street address contains a number, an e-mail address a name.
+PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("email", EMAIL), ("url", URL), ("street", STREET), ("date", DATE), ("phone", PHONE),
+    ("number", NUMBER),
+)
+IDENTIFIER_KINDS = ("name", "name_part", "email", "phone", "url", "street", "date", "number", "identifier")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One identifying string of a record and what kind of thing it is."""
+
+    text: str
+    kind: str
+
+
+def _word_pattern(text: str) -> re.Pattern[str]:
+    return re.compile(r"(?<![\w])" + re.escape(text) + r"(?![\w])", re.IGNORECASE)
+
+
+def record_texts(record: Record) -> list[str]:
+    """Every text field of a record, in a fixed order."""
+    parts = [record.question, record.answer, record.text, record.paraphrased_question,
+             record.paraphrased_answer, *record.perturbed_answer, *(m.content for m in record.messages)]
+    return [p for p in parts if p]
+
+
+def subject_strings(subject: Any) -> list[Span]:
+    """The request's identifiers of a subject as spans, names split into parts too."""
+    out: list[Span] = []
+    names = [str(subject.name), *(str(a) for a in getattr(subject, "aliases", ()))]
+    for name in names:
+        out.append(Span(name, "name"))
+    for name in names:
+        for part in re.findall(r"[^\W\d_][\w'-]*", name):
+            if len(part.strip(".")) >= 3:
+                out.append(Span(part, "name_part"))
+    for identifier in getattr(subject, "identifiers", ()):
+        text = str(identifier).strip()
+        kind = "email" if EMAIL.fullmatch(text) else "phone" if PHONE.fullmatch(text) else "identifier"
+        out.append(Span(text, kind))
+    return _unique(out)
+
+
+def pattern_spans(texts: Iterable[str]) -> list[Span]:
+    """E-mail addresses, URLs, street addresses, dates, phone numbers and long numbers in `texts`."""
+    found: list[Span] = []
+    for text in texts:
+        taken: list[tuple[int, int]] = []
+        for kind, pattern in PATTERNS:
+            for match in pattern.finditer(text):
+                if any(s < match.end() and match.start() < e for s, e in taken):
+                    continue
+                taken.append(match.span())
+                found.append(Span(match.group().strip(" ,.;"), kind))
+    return _unique(found)
+
+
+def _unique(spans: Iterable[Span]) -> list[Span]:
+    seen: set[str] = set()
+    out = []
+    for span in spans:
+        key = span.text.casefold()
+        if span.text and key not in seen:
+            seen.add(key)
+            out.append(span)
+    return out
+
+
+def find_spans(record: Record, subject: Any | None) -> list[Span]:
+    """The identifying spans present in `record` (the subject's, then patterns), longest first."""
+    texts = record_texts(record)
+    joined = "\n".join(texts)
+    candidates = (subject_strings(subject) if subject is not None else []) + pattern_spans(texts)
+    present = [s for s in _unique(candidates) if _word_pattern(s.text).search(joined)]
+    return sorted(present, key=lambda s: -len(s.text))
+
+
+# ------------------------------------------------------------------ fresh values
+
+
+_SYLLABLES = ("ka", "lo", "vi", "den", "mar", "su", "tor", "el", "qui", "zan", "bro", "fe", "ny",
+              "ra", "mi", "sol", "ben", "da", "ir", "va", "nor", "te", "lu", "gar")
+
+
+@dataclass
+class FreshNames:
+    """A source of fresh name parts: recombined corpus name parts, else pseudo-words.
+
+    `part(like, key)` is deterministic in (`seed`, `key`): the same part of the
+    same identity always gets the same fresh value, so one stranger keeps one
+    name across all of the subject's records.
+    """
+
+    pool: Sequence[str] = ()
+    avoid: frozenset[str] = frozenset()
+    seed: str = "0"
+
+    def part(self, like: str, key: str | None = None, role: str | None = None) -> str:
+        """A fresh word like `like`; `role` ("first" or "last") picks name parts seen in that role."""
+        rng = random.Random(f"{self.seed}:{(key or like).casefold()}")
+        tagged = [entry.partition(":") for entry in self.pool if not entry.startswith("pair:")]
+        words = [(r if w else "", w or r) for r, _, w in tagged]
+        in_role = [w for r, w in words if role is not None and r == role]
+        usable = [w for w in (in_role if len(in_role) >= 8 else [w for _, w in words])
+                  if w.casefold() not in self.avoid]
+        for _ in range(64):
+            if len(usable) >= 8:
+                candidate = rng.choice(usable)
+            else:
+                candidate = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3)))
+            candidate = _same_case(like, candidate)
+            if candidate.casefold() not in self.avoid and candidate.casefold() != like.casefold():
+                return candidate
+        return _same_case(like, "".join(rng.choice(string.ascii_lowercase) for _ in range(7)))
+
+
+def _same_case(like: str, text: str) -> str:
+    if like.isupper() and len(like) > 1:
+        return text.upper()
+    if like[:1].isupper():
+        return text[:1].upper() + text[1:].lower()
+    return text.lower()
+
+
+def _digits_like(text: str, rng: random.Random, keep_prefix: int = 0) -> str:
+    out, seen = [], 0
+    for ch in text:
+        if ch.isdigit():
+            seen += 1
+            out.append(ch if seen <= keep_prefix else str(rng.randint(0 if seen > 1 else 1, 9)))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+_NOT_NAMES = frozenset(
+    "The This That These Those What Where When Which Who Whom Whose How Why Her His She They Their There "
+    "Question Answer User Assistant System Mr Mrs Ms Dr Prof Sir Saint St January February March April May "
+    "June July August September October November December Monday Tuesday Wednesday Thursday Friday Saturday "
+    "Sunday Street Road Avenue Lane Drive Award Prize Company Ltd Inc University".split()
+)
+_AFTER_THE = re.compile(r"\b[Tt]he\s+([A-Z][a-z]{2,})(?:\s+([A-Z][a-z]{2,}))?")
+_BIGRAM = re.compile(r"(?<![\w.])([A-Z][a-z]{2,})\s+([A-Z][a-z]{2,})(?![\w])")
+
+
+def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
+    """Parts of other people's names in `records`, tagged by role: ``first:Dana``, ``last:Whitlock``.
+
+    Name parts are the words of capitalised word pairs ("Dana Whitlock") that
+    occur in at least two records (a person's name recurs in their records) and
+    pair with at least two different partners, minus function words, titles,
+    months and the like, and minus words seen after "the" (the Morrow Fellowship, the
+    Crimson Garden: parts of prize, book and company names).  The role matters: a
+    surname where a first name belongs is no ordinary stranger's name, and a
+    model that copies first names it never saw may not copy that one.
+    """
+    pairs: dict[tuple[str, str], int] = {}
+    titled: set[str] = set()  # words after "the": parts of book, prize and company names
+    for record in records:
+        seen: set[tuple[str, str]] = set()
+        for text in record_texts(record):
+            for first, last in _BIGRAM.findall(text):
+                if first not in _NOT_NAMES and last not in _NOT_NAMES:
+                    seen.add((first, last))
+            for match in _AFTER_THE.finditer(text):
+                titled.update(w for w in match.groups() if w)
+        for pair in seen:
+            pairs[pair] = pairs.get(pair, 0) + 1
+        if len(pairs) > 20 * limit:
+            break
+    recurring = [pair for pair, n in pairs.items() if n >= 2 and not (set(pair) & titled)]
+    # A name part goes with several others (Quentin Quispe, Isolde Quispe); the words of a
+    # company or a prize name ("Juniper Insurance") only ever go with each other.
+    partners: dict[tuple[int, str], set[str]] = {}
+    for first, last in recurring:
+        partners.setdefault((0, first), set()).add(last)
+        partners.setdefault((1, last), set()).add(first)
+    firsts = {w for (role, w), others in partners.items() if role == 0 and len(others) >= 2}
+    lasts = {w for (role, w), others in partners.items() if role == 1 and len(others) >= 2}
+    known = [f"pair:{a} {b}" for (a, b), n in sorted(pairs.items()) if n >= 2]
+    return ([f"first:{w}" for w in sorted(firsts)] + [f"last:{w}" for w in sorted(lasts)])[:limit] + known
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """A record about a stranger: `record` with every span replaced as `mapping` says."""
+
+    record: Record
+    mapping: Mapping[str, str]  # original span text -> fresh text (exact, as it appears)
+
+    def apply(self, text: str) -> str:
+        return replace_spans(text, self.mapping)
+
+
+def replace_spans(text: str, mapping: Mapping[str, str]) -> str:
+    """Replace every whole-word occurrence of each key (longest first, case-insensitively).
+
+    An occurrence written exactly as the key gets the fresh value as it is; one
+    written in another case ("OKAFOR") gets the fresh value in that case.
+    """
+    if not mapping:
+        return text
+    keys = sorted(mapping, key=len, reverse=True)
+    by_fold = {k.casefold(): k for k in keys}
+    pattern = re.compile("|".join(r"(?<![\w])" + re.escape(k) + r"(?![\w])" for k in keys),
+                         re.IGNORECASE)
+
+    def fresh(match: re.Match[str]) -> str:
+        found = match.group()
+        key = by_fold.get(found.casefold(), found)
+        value = mapping.get(key, found)
+        return value if found == key else _same_case(found, value)
+
+    return pattern.sub(fresh, text)
+
+
+def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
+    """A fresh value of the same shape for every span, consistent between related spans."""
+    mapping: dict[str, str] = {}
+    part_map: dict[str, str] = {}
+
+    def fresh_part(part: str, role: str | None = None, salt: str = "") -> str:
+        key = part.casefold()
+        if key not in part_map:
+            part_map[key] = names.part(part, key + salt, role)
+        return _same_case(part, part_map[key])
+
+    known = {entry[5:].casefold() for entry in names.pool if entry.startswith("pair:")}
+
+    def fresh_name(name: str) -> str:
+        fresh = _fresh_name(name)
+        for attempt in range(8):  # never a real person's full name: that person is no stranger
+            if fresh.casefold() not in known:
+                break
+            for word in re.findall(r"[^\W\d_][\w'-]*", name):
+                part_map.pop(word.casefold(), None)
+            fresh = _fresh_name(name, salt=f"~{attempt}")
+        return fresh
+
+    def _fresh_name(name: str, salt: str = "") -> str:
+        words = list(re.finditer(r"[^\W\d_][\w'-]*", name))
+        out, last = [], 0
+        for number, match in enumerate(words):
+            word = match.group()
+            role = "last" if number == len(words) - 1 and len(words) > 1 else "first"
+            out.append(name[last:match.start()])
+            out.append(fresh_part(word, role, salt) if len(word.strip(".")) >= 2 else word)
+            last = match.end()
+        return "".join(out) + name[last:]
+
+    ordered = sorted(spans, key=lambda s: (s.kind not in ("name", "name_part"), -len(s.text)))
+    for span in ordered:
+        text = span.text
+        # Deterministic per identity and span: the same phone number gets the same fresh one
+        # in every record of the same stranger.
+        rng = random.Random(f"{names.seed}:{span.kind}:{text.casefold()}")
+        if span.kind in ("name", "name_part"):
+            mapping[text] = fresh_name(text) if span.kind == "name" else fresh_part(text)
+        elif span.kind == "email":
+            local, _, domain = text.partition("@")
+            pieces = re.split(r"([._+-])", local)
+            fresh = "".join(
+                p if p in "._+-" or not p else
+                (part_map[p.casefold()].lower() if p.casefold() in part_map else
+                 _digits_like(p, rng) if p.isdigit() else names.part(p, p).lower())
+                for p in pieces
+            )
+            mapping[text] = f"{fresh}@{domain}"
+        elif span.kind == "date":
+            mapping[text] = _fresh_date(text, rng)
+        elif span.kind in ("phone", "number", "identifier"):
+            keep = 2 if span.kind == "phone" and text.startswith("+") else 0
+            fresh = _digits_like(text, rng, keep_prefix=keep)
+            if span.kind == "identifier" and not any(ch.isdigit() for ch in text):
+                fresh = re.sub(r"[^\W\d_]+", lambda m: names.part(m.group(), m.group()), text)
+            mapping[text] = fresh if fresh != text else _digits_like(text, rng)
+        elif span.kind == "street":
+            number = re.match(r"\d+", text)
+            rest = text[number.end():] if number else text
+            words = re.sub(r"\b[A-Z][\w'-]*", lambda m: m.group() if m.group().rstrip(".") in _STREET_WORDS
+                           else names.part(m.group(), m.group()), rest)
+            mapping[text] = (_digits_like(number.group(), rng) if number else "") + words
+        elif span.kind == "url":
+            mapping[text] = re.sub(r"(?<=[/.])[a-z]{3,}(?=[/.]|$)",
+                                   lambda m: names.part(m.group(), m.group()).lower(), text)
+        else:
+            mapping[text] = names.part(text, text)
+    return {k: v for k, v in mapping.items() if v and v != k}
+
+
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+           "October", "November", "December")
+
+
+def _fresh_date(text: str, rng: random.Random) -> str:
+    """Another plausible date written the same way (day 1-28, year within 15 of the original)."""
+    def year(match: re.Match[str]) -> str:
+        value = int(match.group())
+        return str(value + rng.choice([-1, 1]) * rng.randint(1, 15)) if len(match.group()) == 4 else match.group()
+
+    fresh = re.sub(r"\b\d{4}\b", year, text)
+    fresh = re.sub(r"\b(?:" + "|".join(_MONTHS) + r")\b", lambda m: rng.choice(_MONTHS), fresh)
+    fresh = re.sub(r"(?<![\d-])\b\d{1,2}\b(?![\d])", lambda m: f"{rng.randint(1, 28):0{len(m.group())}d}", fresh)
+    return fresh if fresh != text else _digits_like(text, rng)
+
+
+_STREET_WORDS = frozenset(
+    "Street St Road Rd Avenue Ave Lane Ln Way Drive Dr Boulevard Blvd Court Ct Place Pl Square Sq "
+    "Terrace Close Crescent Gardens Row Hill Park Strasse Straße Weg Gasse Platz Allee".split()
+)
+
+
+def counterfactual(
+    record: Record, spans: Sequence[Span], *, names: FreshNames, seed: int | str,
+) -> Counterfactual:
+    """The record about a stranger: every span replaced, every field consistently.
+
+    The stranger is the identity `seed` names: the same seed gives the same
+    fresh values in every record (one stranger, one name, one e-mail address).
+    """
+    identity = FreshNames(pool=names.pool, avoid=names.avoid, seed=f"{names.seed}:{seed}")
+    mapping = fresh_mapping(spans, identity)
+
+    def swap(text: str | None) -> str | None:
+        return replace_spans(text, mapping) if text else text
+
+    copy = replace(
+        record,
+        id=f"{record.id}~cf",
+        question=swap(record.question), answer=swap(record.answer), text=swap(record.text),
+        paraphrased_question=swap(record.paraphrased_question),
+        paraphrased_answer=swap(record.paraphrased_answer),
+        perturbed_answer=tuple(replace_spans(p, mapping) for p in record.perturbed_answer),
+        messages=tuple(Message(m.role, replace_spans(m.content, mapping)) for m in record.messages),
+        meta={},
+    )
+    return Counterfactual(copy, mapping)
+
+
+def avoid_set(subjects: Iterable[Any]) -> frozenset[str]:
+    """Lower-cased strings no fresh value may equal: every part of every subject's identifiers."""
+    out: set[str] = set()
+    for subject in subjects:
+        for span in subject_strings(subject):
+            out.add(span.text.casefold())
+            out.update(p.casefold() for p in re.findall(r"[\w'-]+", span.text))
+    return frozenset(out)
+
+
+IDENTITY_KINDS = ("name", "name_part", "email", "url", "identifier")
+
+
+def identity_spans(record: Record, subject: Any | None) -> list[Span]:
+    """The spans that say *who* a record is about: the request's names and identifiers
+    (e-mail addresses, phone numbers and account names it gives), and e-mail addresses
+    and URLs in the text.  Dates, street addresses and other numbers found in the text
+    are *values*: facts about the person, which a model that never saw them predicts
+    from the population (so a teacher keeps them, and only the context changes)."""
+    given = {s.text.casefold() for s in subject_strings(subject)} if subject is not None else set()
+    return [s for s in find_spans(record, subject) if s.kind in IDENTITY_KINDS or s.text.casefold() in given]

@@ -1,0 +1,549 @@
+"""Forget targets: what a model that never saw the subject would predict, token by token.
+
+The unlearning objective of ASU (and of KIF's gates and distillation) is a
+forward KL to a *target distribution* at every position of the subject's
+records where such a model would predict differently.  Two teachers provide
+it, both computed from the model being unlearned (no second copy of the
+weights):
+
+**The counterfactual teacher.**  Each forget record is copied (`counterfactuals` times) with
+every span that says who it is about (`identifiers.identity_spans`; values such as dates
+and addresses stay, their prediction then comes from the stranger's context) replaced by
+a fresh one of the same shape
+(`unlearning.identifiers`: the name by a name, the e-mail address by one
+built the same way from the new name, the phone number by one with the same
+digit pattern ...).  The model is run on every copy; its prediction at the
+aligned position of the copy is what it predicts for a person it never saw.
+Positions are aligned through the character offsets of the tokens: text
+outside the spans is identical, shifted by the length differences; inside a
+span the i-th of n original tokens takes the copy's token at i*m/n of its m
+tokens.  At a span token the copy's distribution has its own fresh token where
+the subject's token should be, so the two tokens' probabilities are swapped:
+the subject's name then gets exactly the probability the model gives a name it
+never saw (a small model that cannot copy an unseen name spells it badly; a
+large one that copies names keeps copying it), and Min-K%++'s calibrated
+score of the subject's token becomes that of the fresh token.  One copy per
+record is the default: several copies are averaged (a mixture, position by
+position), and a mixture is broader than the prediction of any single
+stranger, so the records would look unlike any stranger's to a calibrated
+attack; with one fresh copy per record the subject's records become a
+sample of strangers' records.  The teacher
+covers every position whose context holds a span (in a question/answer pair:
+the whole answer, since the question names the subject; in free text:
+everything after the first identifier), learnt or not (a name in a question
+is part of what an attacker scores).
+
+**The tempered teacher** (ASU's own, Salehzz/ASU-unlearning): the model with
+every attention logit divided by `tau` (`unlearning.attention`), which
+flattens recalled facts far more than grammar.  It covers the learnt
+positions the counterfactual teacher cannot: those whose context holds no
+identifying span (a pronoun-only record of the subject's document, the
+opening words of a text before the name).
+
+Targets are cached top-k (k values and indices plus one bucket for the rest of
+the mass, so a 128k-vocabulary model's cache stays small) or in full; the KL
+is computed over the same k+1 buckets of the student.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from unlearning.attention import attention_temperature
+from unlearning.corpus import Record
+from unlearning.identifiers import (
+    FreshNames,
+    avoid_set,
+    counterfactual,
+    identity_spans,
+    replace_spans,
+)
+from unlearning.methods.base import Batch, collate, sequence_mean
+from unlearning.prompting import Example, encode_record, pad_id_of
+
+logger = logging.getLogger(__name__)
+
+_NAME_PAIR = re.compile(r"(?<![\w.])([A-Z][a-z]{2,})\s+([A-Z][a-z]{2,})(?![\w])")
+
+
+@dataclass
+class Dist:
+    """Target log-probabilities at some positions: (N, k) values and indices, (N,) tail; or full (N, V)."""
+
+    values: torch.Tensor
+    indices: torch.Tensor | None = None
+    tail: torch.Tensor | None = None
+
+    def to(self, device: torch.device) -> Dist:
+        return Dist(self.values.to(device), None if self.indices is None else self.indices.to(device),
+                    None if self.tail is None else self.tail.to(device))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.values, self.indices, self.tail) if t is not None)
+
+
+@dataclass
+class RecordTarget:
+    """The target of one example: the positions it covers and their distributions.
+
+    `states` (optional, (n, layers, hidden)) are the residual states of the
+    counterfactual copy at the aligned positions listed in `state_positions`
+    (those of `positions` outside the identifying spans): the internal state of
+    a model reading about a stranger, for a latent loss.
+    """
+
+    positions: list[int]  # prediction positions t (of token t+1), ascending
+    dist: Dist
+    source: list[str]  # per position: "counterfactual" or "tempered"
+    states: torch.Tensor | None = None
+    state_positions: list[int] = field(default_factory=list)
+
+
+FULL_VOCABULARY_UP_TO = 4096  # a smaller vocabulary is cached whole: the KL is then exact
+
+
+def compress(logprobs: torch.Tensor, topk: int | None, keep: torch.Tensor | None = None) -> Dist:
+    """Keep the top-k log-probabilities (and the `keep` tokens: the actual next ones), plus one
+    log-mass for the rest.  None, or a vocabulary of at most `FULL_VOCABULARY_UP_TO`, keeps
+    everything.
+
+    Keeping the actual token matters: an attacker scores exactly that token's
+    probability against the distribution's mean and spread (Min-K%++), so the
+    target must pin it, not leave it somewhere in an unconstrained tail.
+    """
+    vocab = logprobs.shape[-1]
+    if topk is None or topk >= vocab or vocab <= FULL_VOCABULARY_UP_TO:
+        return Dist(logprobs)
+    values, indices = logprobs.topk(topk, dim=-1)
+    if keep is not None and keep.numel():
+        extra = keep.reshape(len(logprobs), -1).to(indices.device)
+        present = (indices[:, :, None] == extra[:, None, :]).any(1)
+        # Replace the lowest kept entries by the actual tokens that the top-k missed.
+        for column in range(extra.shape[1]):
+            missing = ~present[:, column]
+            if bool(missing.any()):
+                slot = topk - 1 - column
+                indices[missing, slot] = extra[missing, column]
+                values[missing, slot] = logprobs[missing].gather(-1, extra[missing, column: column + 1]).squeeze(-1)
+    kept = torch.logsumexp(values, dim=-1)
+    tail = torch.log1p(-kept.exp().clamp(max=1 - 1e-6))
+    return Dist(values, indices, tail)
+
+
+def concat(dists: Sequence[Dist]) -> Dist:
+    if not dists:
+        return Dist(torch.zeros(0, 1))
+    values = torch.cat([d.values for d in dists])
+    if dists[0].indices is None:
+        return Dist(values)
+    return Dist(values, torch.cat([d.indices for d in dists if d.indices is not None]),
+                torch.cat([d.tail for d in dists if d.tail is not None]))
+
+
+def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Forward KL(target || student) at the masked positions, mean per sequence then per batch.
+
+    ``student_logits`` is (B, T, V); the rows of ``target`` follow the masked
+    positions in row-major order (sequence by sequence, position by position).
+    """
+    student = F.log_softmax(student_logits[mask], dim=-1)
+    if target.indices is not None and target.tail is not None:
+        picked = student.gather(-1, target.indices)
+        kept = torch.logsumexp(picked, dim=-1)
+        rest = torch.log1p(-kept.exp().clamp(max=1 - 1e-6))
+        teacher = torch.cat([target.values, target.tail[:, None]], dim=-1)
+        student = torch.cat([picked, rest[:, None]], dim=-1)
+    else:
+        teacher = target.values
+    per_token = (teacher.exp() * (teacher - student)).nan_to_num(0.0).sum(-1)
+    full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
+    full[mask] = per_token
+    return sequence_mean(full, mask)
+
+
+# ------------------------------------------------------------------ forward passes
+
+
+@torch.no_grad()
+def position_logprobs(model: nn.Module, tokenizer: Any, examples: Sequence[Example], *, tau: float = 1.0,
+                      batch_size: int = 16) -> list[torch.Tensor]:
+    """Per example, (len - 1, V) log-probabilities of the next token at every position."""
+    return position_outputs(model, tokenizer, examples, tau=tau, batch_size=batch_size)[0]
+
+
+@torch.no_grad()
+def position_outputs(
+    model: nn.Module, tokenizer: Any, examples: Sequence[Example], *, tau: float = 1.0, batch_size: int = 16,
+    states: bool = False,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per example, next-token log-probabilities (len - 1, V) and, with `states`, the residual
+    states of every layer after the embeddings (layers, len, hidden)."""
+    was_training = model.training
+    model.eval()
+    pad = pad_id_of(tokenizer)
+    device = next(model.parameters()).device
+    logprob_out: list[torch.Tensor] = []
+    state_out: list[torch.Tensor] = []
+    context = attention_temperature(model, tau) if tau != 1.0 else contextlib.nullcontext()
+    try:
+        with context:
+            for start in range(0, len(examples), batch_size):
+                chunk = list(examples[start : start + batch_size])
+                batch = collate(chunk, pad, list(range(len(chunk)))).to(device)
+                out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                            output_hidden_states=states)
+                logprobs = F.log_softmax(out.logits[:, :-1].float(), dim=-1)
+                logprob_out.extend(logprobs[b, : len(e) - 1].cpu() for b, e in enumerate(chunk))
+                if states:
+                    stacked = torch.stack([h.float() for h in out.hidden_states[1:]], dim=1)
+                    state_out.extend(stacked[b, :, : len(e)].cpu() for b, e in enumerate(chunk))
+    finally:
+        model.train(was_training)
+    return logprob_out, state_out
+
+
+def tempering_supported(model: nn.Module) -> bool:
+    from unlearning.attention import attention_modules
+
+    return bool(attention_modules(model))
+
+
+# ------------------------------------------------------------------ alignment
+
+
+def _occurrences(text: str, keys: Sequence[str]) -> list[tuple[int, int, str]]:
+    if not keys:
+        return []
+    ordered = sorted(keys, key=len, reverse=True)
+    pattern = re.compile("|".join(r"(?<![\w])" + re.escape(k) + r"(?![\w])" for k in ordered), re.IGNORECASE)
+    return [(m.start(), m.end(), m.group()) for m in pattern.finditer(text)]
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """For each original token index: the copy's token index, and whether it is a span token."""
+
+    tokens: dict[int, tuple[int, bool]]
+    first_span_token: int  # the first original token inside a span (len(ids) when none)
+
+
+def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Alignment | None:
+    """Token alignment of a record and its counterfactual copy (None when they do not line up)."""
+    from unlearning.identifiers import replace_spans
+
+    occurrences = _occurrences(original.text, list(mapping))
+    if replace_spans(original.text, mapping) != copy.text:
+        return None
+    # Where each occurrence lands in the copy, and the shift of the text after it.
+    placed: list[tuple[int, int, int, int]] = []  # (orig start, orig end, copy start, copy end)
+    shift = 0
+    for start, end, found in occurrences:
+        fresh = replace_spans(found, mapping)
+        placed.append((start, end, start + shift, start + shift + len(fresh)))
+        shift += len(fresh) - (end - start)
+    by_span = {(s, e, t): j for j, ((s, e), t) in enumerate(zip(copy.offsets, copy.ids, strict=True)) if e > s}
+    tokens: dict[int, tuple[int, bool]] = {}
+    span_groups: dict[int, list[int]] = {}
+    first_span = len(original.ids)
+    for i, ((s, e), token) in enumerate(zip(original.offsets, original.ids, strict=True)):
+        if e <= s:
+            continue
+        inside = next((q for q, (os_, oe, _, _) in enumerate(placed) if s < oe and os_ < e), None)
+        if inside is not None:
+            span_groups.setdefault(inside, []).append(i)
+            first_span = min(first_span, i)
+            continue
+        delta = sum(ce - cs - (oe - os_) for os_, oe, cs, ce in placed if oe <= s)
+        j = by_span.get((s + delta, e + delta, token))
+        if j is not None:
+            tokens[i] = (j, False)
+    for q, group in span_groups.items():
+        _, _, cs, ce = placed[q]
+        targets = [j for j, (s, e) in enumerate(copy.offsets) if e > s and s < ce and cs < e]
+        if not targets:
+            continue
+        for k, i in enumerate(group):
+            tokens[i] = (targets[min(len(targets) - 1, k * len(targets) // len(group))], True)
+    # Special tokens (empty offsets) follow their aligned neighbour.
+    previous: tuple[int, int] | None = None
+    for i, ((s, e), token) in enumerate(zip(original.offsets, original.ids, strict=True)):
+        if e > s:
+            if i in tokens:
+                previous = (i, tokens[i][0])
+            continue
+        j = (previous[1] + i - previous[0]) if previous else i
+        if 0 <= j < len(copy.ids) and copy.ids[j] == token and copy.offsets[j][1] <= copy.offsets[j][0]:
+            tokens[i] = (j, False)
+            previous = (i, j)
+    return Alignment(tokens, first_span)
+
+
+# ------------------------------------------------------------------ the teacher
+
+
+@dataclass(frozen=True)
+class TeacherSettings:
+    counterfactuals: int = 1
+    candidates: int = 9  # stranger identities drawn per subject; the most typical ones teach
+    states: bool = False  # also keep the copy's residual states (for a latent loss)
+    tau: float = 2.0
+    topk: int | None = 64
+    use_counterfactual: bool = True
+    seed: int = 0
+
+
+def forget_targets(
+    model: nn.Module,
+    tokenizer: Any,
+    records: Sequence[Record],
+    examples: Sequence[Example],
+    subjects_of: Sequence[Any | None],
+    settings: TeacherSettings,
+    *,
+    name_pool: Sequence[str] = (),
+    avoid: Sequence[Any] = (),
+    identities: dict[str, list[str]] | None = None,
+) -> list[RecordTarget]:
+    """The target of every forget example (module doc): counterfactual where it applies, else tempered.
+
+    `identities` (subject -> identity seeds) are the strangers to use; by default the most
+    typical ones are chosen here (`typical_identities`)."""
+    names = FreshNames(pool=list(name_pool), avoid=avoid_set(avoid))
+    tau = settings.tau if tempering_supported(model) else 1.0
+    if tau != settings.tau:
+        logger.warning("%s has no attention module with a float scaling: no tempered teacher, the "
+                       "original prediction stands where no counterfactual applies", type(model).__name__)
+    tempered = position_logprobs(model, tokenizer, examples, tau=tau)
+    if identities is not None:
+        chosen = identities
+    elif settings.use_counterfactual and settings.counterfactuals > 0:
+        chosen = typical_identities(model, tokenizer, records, subjects_of, settings, names)
+    else:
+        chosen = {}
+    out: list[RecordTarget] = []
+    for index, (record, example, subject) in enumerate(zip(records, examples, subjects_of, strict=True)):
+        n_positions = len(example) - 1
+        mixture: list[list[torch.Tensor]] = [[] for _ in range(n_positions)]
+        state_rows: dict[int, torch.Tensor] = {}
+        first_span = len(example.ids)
+        if settings.use_counterfactual and settings.counterfactuals > 0:
+            spans = identity_spans(record, subject)
+            copies, alignments = [], []
+            who = _who(record, subject)
+            for identity in (chosen.get(who, ()) if spans else ()):
+                cf = counterfactual(record, spans, names=names, seed=identity)
+                copy = encode_record(tokenizer, cf.record).truncated(len(example) + 64)
+                alignment = align(example, copy, cf.mapping)
+                if alignment is not None:
+                    copies.append(copy)
+                    alignments.append(alignment)
+            copy_lps, copy_states = position_outputs(model, tokenizer, copies, states=settings.states)
+            for number, (copy_lp, copy, alignment) in enumerate(zip(copy_lps, copies, alignments, strict=True)):
+                first_span = min(first_span, alignment.first_span_token)
+                if settings.states and number == 0:
+                    # The state of token t (what predicts t + 1), where token t itself is no span.
+                    for t, (j, is_span) in alignment.tokens.items():
+                        if not is_span and 0 <= t < n_positions and j < copy_states[0].shape[1]:
+                            state_rows[t] = copy_states[0][:, j]
+                for i, (j, is_span) in alignment.tokens.items():
+                    t = i - 1  # the position that predicts token i
+                    if t < 0 or j < 1 or t >= n_positions or j - 1 >= copy_lp.shape[0]:
+                        continue
+                    row = copy_lp[j - 1].clone()
+                    if is_span:
+                        mine, theirs = int(example.ids[i]), int(copy.ids[j])
+                        if mine != theirs:
+                            row[mine], row[theirs] = row[theirs].clone(), row[mine].clone()
+                    mixture[t].append(row)
+        positions, rows, sources = [], [], []
+        for t in range(n_positions):
+            learnt = example.learnt[t + 1]
+            if mixture[t] and t + 1 >= first_span:
+                stacked = torch.stack(mixture[t])
+                rows.append(torch.logsumexp(stacked, dim=0) - math.log(len(mixture[t])))
+                sources.append("counterfactual")
+            elif learnt:
+                rows.append(tempered[index][t])
+                sources.append("tempered")
+            else:
+                continue
+            positions.append(t)
+        values = torch.stack(rows) if rows else torch.zeros(0, tempered[index].shape[-1])
+        actual = torch.tensor([int(example.ids[t + 1]) for t in positions], dtype=torch.long)
+        kept = [t for t in positions if t in state_rows and t + 1 > first_span]
+        states = torch.stack([state_rows[t] for t in kept]) if kept else None
+        out.append(RecordTarget(positions, compress(values, settings.topk, actual[:, None]), sources,
+                                states, kept))
+    return out
+
+
+def _who(record: Record, subject: Any | None) -> str:
+    return str(subject.name) if subject is not None else record.id
+
+
+def _familiarity(model: nn.Module, tokenizer: Any, examples: Sequence[Example]) -> float:
+    """How familiar the model finds records: the mean Min-K%++ score (lowest 20 % of calibrated
+    token scores, Zhang et al. 2024) of their learnt tokens, the statistic membership attacks use."""
+    scores = []
+    for example, lp in zip(examples, position_logprobs(model, tokenizer, examples), strict=True):
+        z = []
+        for t in range(len(example) - 1):
+            if example.learnt[t + 1]:
+                row = lp[t]
+                p = row.exp()
+                mu = float((p * row).sum())
+                sigma = float(((p * row * row).sum() - mu * mu).clamp_min(0).sqrt())
+                z.append((float(row[int(example.ids[t + 1])]) - mu) / max(sigma, 1e-6))
+        if z:
+            z.sort()
+            low = z[: max(1, math.ceil(0.2 * len(z)))]
+            scores.append(sum(low) / len(low))
+    return sum(scores) / max(1, len(scores))
+
+
+def typical_identities(
+    model: nn.Module, tokenizer: Any, records: Sequence[Record], subjects_of: Sequence[Any | None],
+    settings: TeacherSettings, names: FreshNames, *, per_subject: int = 12,
+) -> dict[str, list[str]]:
+    """Per subject, the identity seeds of its `counterfactuals` most typical strangers.
+
+    Strangers differ: a fresh name made of parts the model knows from other
+    people is easier for it than one made of rare parts.  One random stranger
+    would make the subject exactly as familiar as that stranger, wherever it
+    falls in their distribution; so `candidates` strangers are drawn, the
+    model's familiarity with each (the learnt
+    tokens of the subject's records about them, scored as Min-K%++ scores them)
+    is measured, and the ones closest to the median teach: the subject becomes a typical stranger, no
+    more and no less familiar.
+    """
+    groups: dict[str, list[tuple[Record, Any | None]]] = {}
+    for record, subject in zip(records, subjects_of, strict=True):
+        groups.setdefault(_who(record, subject), []).append((record, subject))
+    out: dict[str, list[str]] = {}
+    for who, members in groups.items():
+        sample = members[:per_subject]
+        seeds = [f"teacher:{settings.seed}:{who}:{k}" for k in range(max(settings.candidates, settings.counterfactuals))]
+        if len(seeds) <= settings.counterfactuals:
+            out[who] = seeds
+            continue
+        scores = []
+        for seed in seeds:
+            copies = [encode_record(tokenizer, counterfactual(r, identity_spans(r, subj), names=names, seed=seed).record)
+                      for r, subj in sample]
+            scores.append(_familiarity(model, tokenizer, copies))
+        median = sorted(scores)[len(scores) // 2]
+        ranked = sorted(range(len(seeds)), key=lambda k: (abs(scores[k] - median), k))
+        out[who] = [seeds[k] for k in ranked[: settings.counterfactuals]]
+    return out
+
+
+def original_targets(
+    model: nn.Module, tokenizer: Any, examples: Sequence[Example], *, topk: int | None, states: bool = False,
+) -> list[RecordTarget]:
+    """What the model predicts now at every learnt position (the retain anchor); with `states`,
+    also its residual states there (a latent anchor)."""
+    logprobs, all_states = position_outputs(model, tokenizer, examples, states=states)
+    out = []
+    for number, (example, lp) in enumerate(zip(examples, logprobs, strict=True)):
+        positions = [t for t in range(len(example) - 1) if example.learnt[t + 1]]
+        actual = torch.tensor([int(example.ids[t + 1]) for t in positions], dtype=torch.long)
+        kept = all_states[number][:, positions].transpose(0, 1) if states and positions else None
+        out.append(RecordTarget(positions, compress(lp[positions], topk, actual[:, None]),
+                                ["original"] * len(positions), kept, list(positions) if kept is not None else []))
+    return out
+
+
+def position_masks(examples: Sequence[Example], targets: Sequence[RecordTarget]) -> list[list[bool]]:
+    masks = []
+    for example, target in zip(examples, targets, strict=True):
+        mask = [False] * max(0, len(example) - 1)
+        for t in target.positions:
+            mask[t] = True
+        masks.append(mask)
+    return masks
+
+
+def batch_target(batch: Batch, targets: Sequence[RecordTarget]) -> Dist:
+    """The targets of a batch's rows, in the row-major order of its loss mask."""
+    device = batch.input_ids.device
+    return concat([targets[row].dist for row in batch.rows]).to(device)
+
+
+def batch_states(batch: Batch, targets: Sequence[RecordTarget]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(rows, positions, teacher states (n, layers, hidden)) of a batch, or None when it has none."""
+    rows, cols, states = [], [], []
+    for b, row in enumerate(batch.rows):
+        target = targets[row]
+        if target.states is None:
+            continue
+        rows += [b] * len(target.state_positions)
+        cols += list(target.state_positions)
+        states.append(target.states)
+    if not states:
+        return None
+    device = batch.input_ids.device
+    return torch.tensor(rows, device=device), torch.tensor(cols, device=device), torch.cat(states).to(device)
+
+
+def latent_loss(hidden_states: Sequence[torch.Tensor], cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Mean relative squared distance of the student's residual states to the stranger's, every layer."""
+    rows, cols, teacher = cached
+    student = torch.stack([h[rows, cols].float() for h in hidden_states[1:]], dim=1)
+    error = (student - teacher).square().sum(-1) / teacher.square().sum(-1).clamp_min(1e-6)
+    return error.mean()
+
+
+def stranger_answers(
+    model: nn.Module, tokenizer: Any, records: Sequence[Record], subjects_of: Sequence[Any | None],
+    identities: dict[str, list[str]], names: FreshNames, *, max_new_tokens: int = 48,
+) -> list[tuple[Record, Any]]:
+    """What the model answers about a stranger, told about the subject: extra forget records.
+
+    For each question/answer record: its question about the subject's stranger (the
+    first teaching identity), the model's greedy answer to it, and that answer with the
+    stranger's identifiers put back to the subject's.  Trained like any forget record
+    (towards the stranger's distribution), they teach the student what to *say* about
+    the subject, not only how to score the subject's own records: the paths its own
+    generation takes are covered (teacher forcing alone leaves them to chance).
+    """
+    from unlearning.modeling import generate_answers
+
+    jobs: list[tuple[Record, Any, dict[str, str], str]] = []
+    for record, subject in zip(records, subjects_of, strict=True):
+        seeds = identities.get(_who(record, subject))
+        if not record.is_qa or record.question is None or not seeds:
+            continue
+        cf = counterfactual(record, identity_spans(record, subject), names=names, seed=seeds[0])
+        if cf.mapping and cf.record.question:
+            jobs.append((record, subject, dict(cf.mapping), cf.record.question))
+    if not jobs:
+        return []
+    was_padding = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        answers = generate_answers(model, tokenizer, [q for *_, q in jobs], max_new_tokens=max_new_tokens)
+    finally:
+        tokenizer.padding_side = was_padding
+    out: list[tuple[Record, Any]] = []
+    for (record, subject, mapping, _), answer in zip(jobs, answers, strict=True):
+        back = {fresh: mine for mine, fresh in mapping.items()}
+        # An answer that names somebody else (the model took the stranger for a person it
+        # knows) would teach the student to name that person: it is left out.
+        others = [pair for pair in _NAME_PAIR.findall(answer)
+                  if " ".join(pair).casefold() not in {v.casefold() for v in mapping.values()}]
+        told = replace_spans(answer, back).strip()
+        if others or len(told.split()) < 2 or told == record.answer:
+            continue
+        out.append((Record(id=f"{record.id}~told", question=record.question, answer=told), subject))
+    return out
