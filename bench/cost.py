@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.assets import Assets, forget_people, subject_of
+from bench.assets import Assets, forget_people
 from bench.console import Console
 from bench.engine import erase_timed, sets_for, verify_timed
 from bench.pipeline import time_to_certificate
@@ -147,64 +149,99 @@ def verify_vs_unlearn(settings: BenchSettings, assets: Assets, *, work: Path, co
             "check_timings_s": report.get("timings", {})}
 
 
-def _scan_corpus(source: Path, target: Path, megabytes: float) -> Path:
-    """The demo corpus repeated (with fresh ids) up to ``megabytes``: realistic record density."""
-    if target.is_file() and target.stat().st_size >= megabytes * 1e6:
-        return target
-    lines = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    written, copy = 0, 0
-    with target.open("w", encoding="utf-8") as handle:
-        while written < megabytes * 1e6:
-            for record in lines:
-                text = json.dumps({**record, "id": f"{record['id']}-r{copy}"}, ensure_ascii=False) + "\n"
-                handle.write(text)
-                written += len(text.encode())
-            copy += 1
-    return target
+SCAN_GOALS = {"rg_ratio": 0.25, "ten_gb_s": 60.0, "two_process_speedup": 1.7}
+
+
+def _py(*args: str, timeout: float = 3600) -> dict[str, Any]:
+    """Run an engine benchmark command in a fresh process (its peak memory is its own)."""
+    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, check=False,
+                          timeout=timeout, cwd=Path(__file__).resolve().parents[1])
+    if done.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed: {done.stderr.strip()[-300:]}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return dict(json.loads(lines[-1])) if lines else {}
+
+
+def _rg(path: Path, patterns: Path) -> float:
+    subprocess.run(["cat", *map(str, sorted(path.glob("*")))], stdout=subprocess.DEVNULL, check=True)  # page cache
+    started = time.perf_counter()
+    done = subprocess.run([RG, "-j1", "-F", "-i", "-c", "-f", str(patterns), str(path)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"rg failed: {done.stderr.strip()[:200]}")
+    return time.perf_counter() - started
 
 
 def corpus_scan(settings: BenchSettings, assets: Assets, *, work: Path, console: Console) -> dict[str, Any]:
-    """One multi-pattern pass of the engine (read, parse, normalise, match) versus ripgrep."""
-    from unlearning.corpus import load_corpus
-    from unlearning.sets import build_sets
+    """Set building on generated corpora (the demo's people among general text, in shards)
+    at two sizes, each in a fresh process (time and peak memory), against ripgrep on the
+    same files and names; the sharded scan by a Celery worker of 1 and 2 processes; the
+    10 GB figure extrapolated from the larger corpus.  Corpora live under /tmp, removed after.
+    """
+    import tempfile
+
+    from unlearning.sets_benchmark import benchmark_people, subjects_of
 
     if not Path(RG).is_file():
         raise FileNotFoundError(f"{RG} (ripgrep) is not installed")
-    path = _scan_corpus(assets.corpus_file, work / f"scan-{settings.scan_megabytes:g}mb.jsonl",
-                        settings.scan_megabytes)
-    size_mb = path.stat().st_size / 1e6
-    people = forget_people(assets.people() + assets.control_people(), 1.0)
-    by_subjects: dict[str, Any] = {}
-    for n in settings.scan_subjects:
-        subjects = [subject_of(p) for p in people[:n]]
-        patterns = work / f"patterns-{n}.txt"
-        patterns.write_text("\n".join(x for s in subjects for x in s.patterns()) + "\n", encoding="utf-8")
-        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-        with console.task(f"scan {size_mb:.0f} MB for {n} subjects"):
-            started = time.perf_counter()
-            corpus = load_corpus(path)
-            loaded = time.perf_counter()
-            sets = build_sets(corpus, subjects)
-            ours = time.perf_counter() - started
-            built = time.perf_counter() - loaded
-            del corpus
-        started = time.perf_counter()
-        done = subprocess.run([RG, "-F", "-i", "-c", "-f", str(patterns), str(path)],
-                              capture_output=True, text=True, check=False)
-        rg = time.perf_counter() - started
-        if done.returncode not in (0, 1):
-            raise RuntimeError(f"rg failed: {done.stderr.strip()[:200]}")
-        by_subjects[str(len(subjects))] = {
-            "ours_s": ours, "ours_build_sets_s": built, "rg_s": rg, "ours_mb_s": size_mb / ours,
-            "rg_mb_s": size_mb / rg, "ratio": (size_mb / ours) / (size_mb / rg),
-            "ours_records": len(sets.forget),
-            "rg_lines": int(done.stdout.strip() or 0),
-        }
-    return {"megabytes": round(size_mb, 1), "subjects": [int(k) for k in by_subjects], "by_subjects": by_subjects,
-            "note": "ours = load_corpus + build_sets (read, JSON parse, NFKC/casefold/accent folding, "
-                    "one word-boundary Aho-Corasick pass, retain sampling, probes); "
-                    "rg = `rg -F -i -c -f patterns` (plain case-insensitive substrings, no folding, no boundaries)"}
+    root = Path(tempfile.mkdtemp(prefix="scan-bench-", dir="/tmp"))
+    people = benchmark_people()
+    runs: list[dict[str, Any]] = []
+    sharded: dict[str, Any] = {}
+    try:
+        for megabytes in (settings.scan_megabytes, settings.scan_large_megabytes):
+            corpus = root / f"corpus-{megabytes:g}mb"
+            with console.task(f"write a {megabytes:g} MB corpus in {settings.scan_shards} shards"):
+                _py("unlearning.sets_benchmark", "write", "--out", str(corpus), "--mb", str(megabytes),
+                    "--shards", str(settings.scan_shards))
+            for n in settings.scan_subjects:
+                patterns = root / f"patterns-{n}.txt"
+                patterns.write_text("\n".join(x for s in subjects_of(people, n) for x in s.patterns()) + "\n",
+                                    encoding="utf-8")
+                rg = _rg(corpus, patterns)
+                with console.task(f"scan {megabytes:g} MB for {n} subjects"):
+                    fast = _py("unlearning.sets_benchmark", "scan", "--corpus", str(corpus), "--subjects", str(n))
+                row = {**fast, "rg_s": rg, "rg_mb_s": fast["corpus_mb"] / rg, "ratio": rg / fast["seconds"]}
+                if megabytes == settings.scan_megabytes:
+                    with console.task(f"reference scan {megabytes:g} MB for {n} subjects"):
+                        row["reference"] = _py("unlearning.sets_benchmark", "scan", "--corpus", str(corpus),
+                                               "--subjects", str(n), "--reference")
+                runs.append(row)
+            if megabytes == settings.scan_large_megabytes:
+                n = max(settings.scan_subjects)
+                for processes in (1, 2):
+                    with console.task(f"sharded scan {megabytes:g} MB, Celery worker of {processes}"):
+                        sharded[str(processes)] = _py("bench.scan_workers", "--corpus", str(corpus), "--subjects",
+                                                      str(n), "--processes", str(processes),
+                                                      "--work", str(root / f"workers-{processes}"))
+            shutil.rmtree(corpus, ignore_errors=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    large = [r for r in runs if r["corpus_mb"] >= settings.scan_large_megabytes * 0.9]
+    scale = 10_000.0 / settings.scan_large_megabytes
+    ten_gb = {
+        "method": f"linear in bytes from the {settings.scan_large_megabytes:g} MB corpus (one pass per byte; "
+                  "the per-request work besides the pass, retain pool and probes, does not grow with the corpus)",
+        "one_process_s": {str(r["subjects"]): r["seconds"] * scale for r in large},
+        "two_worker_processes_s": sharded["2"]["seconds"] * scale if "2" in sharded else None,
+        "goal_s": SCAN_GOALS["ten_gb_s"],
+    }
+    speedup = sharded["1"]["seconds"] / sharded["2"]["seconds"] if len(sharded) == 2 else None
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"runs": runs, "sharded": sharded, "two_process_speedup": speedup, "ten_gb": ten_gb,
+            "goals": SCAN_GOALS, "load_average": load,
+            "index": {"built": False,
+                      "reason": "no inverted index: the per-request scan is one byte-level pass, measured "
+                                "and extrapolated above against the 10 GB goal"},
+            "note": "ours = build_sets on the corpus path (streamed: byte-level Aho-Corasick prefilter, orjson, "
+                    "NFKC/casefold/accent folding of the candidate lines, word-boundary matching, groups, "
+                    "retain pool, probes), in a fresh process; peak memory = that process's ru_maxrss "
+                    "(the people generator included); reference = load_corpus + the in-memory scan; "
+                    "rg = `rg -j1 -F -i -c -f patterns` (one thread, as ours; plain case-insensitive substrings, no folding, no "
+                    "boundaries); page cache warm for both"}
 
 
 def run_cost(settings: BenchSettings, assets: Assets, *, work: Path, console: Console) -> dict[str, Any]:

@@ -7,7 +7,10 @@ request, its blind index rows and an audit event) and on ``GET /healthz``
 (the same stack's trivial endpoint: one ``SELECT 1``).
 
 Audit chain: ``n`` valid, chained events are generated with the domain's own
-hash function and bulk-loaded with COPY, then ``audit_verify`` walks them.
+hash function and bulk-loaded with COPY, then ``audit_verify`` walks them all (the
+full walk, goal 100,000 events/s); then a keyed seal is placed ``TAIL`` events before
+the head and the incremental check (``audit_seals_verify``, what the audit page and
+the sealer run) is timed and its rows counted: it must read the tail only.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ logger = logging.getLogger(__name__)
 
 POSTGRES_SERVER_URL = os.environ.get("BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 WRK = shutil.which("wrk") or "/usr/bin/wrk"
+
+# Goals of issue 15 (the service under load), printed beside the figures.
+GOALS = {"create_vs_trivial": 0.5, "create_p99_ms": 50.0, "audit_events_per_s": 100_000.0}
+TAIL = 1000
 
 CREATE_LUA = """
 counter = 0
@@ -165,6 +172,8 @@ def api_throughput(settings: BenchSettings, *, work: Path, console: Console) -> 
             log.close()
         out["create_request"]["rows_written"] = _count_requests(url)
         shutil.rmtree(var, ignore_errors=True)
+    out["create_vs_trivial"] = out["create_request"]["requests_per_s"] / out["trivial"]["requests_per_s"]
+    out["goals"] = {k: GOALS[k] for k in ("create_vs_trivial", "create_p99_ms")}
     if out["create_request"]["non_2xx"]:
         logger.warning("%s request-creation calls were refused", out["create_request"]["non_2xx"])
     return out
@@ -234,12 +243,41 @@ def audit_chain(settings: BenchSettings, *, console: Console) -> dict[str, Any]:
                 started = time.perf_counter()
                 verdict = audit_verify(session)
                 verify_s = time.perf_counter() - started
+            with console.task(f"check from a seal {TAIL:,} events before the head"):
+                incremental = _incremental_check(engine, n)
         finally:
             engine.dispose()
     if verdict.checked != n:
         raise RuntimeError(f"audit_verify checked {verdict.checked} of {n} events: {verdict.reason}")
     return {"events": n, "ok": verdict.ok, "reason": verdict.reason, "write_s": write_s, "verify_s": verify_s,
-            "events_per_s": n / verify_s, "backend": "postgresql"}
+            "events_per_s": n / verify_s, "goal_events_per_s": GOALS["audit_events_per_s"],
+            "backend": "postgresql", "incremental": incremental}
+
+
+def _incremental_check(engine: Any, n: int) -> dict[str, Any]:
+    """Seal the chain TAIL events before its head (a bench key), then time the check a
+    page or the sealer runs: it must recompute the tail and nothing before it."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from deletion.domain.db import session_scope
+    from deletion.domain.models import AuditEvent, AuditSeal
+    from deletion.domain.seals import SealKeys, audit_seals_verify, seal_mac
+
+    keys = SealKeys(b"bench-seal-key-0123456789abcdef!")
+    sealed_seq = max(n - TAIL, 1)
+    with session_scope(engine) as session:
+        chain_hash = session.execute(select(AuditEvent.hash).where(AuditEvent.seq == sealed_seq)).scalar_one()
+        moment = datetime.now(UTC)
+        session.add(AuditSeal(sealed_seq=sealed_seq, chain_hash=chain_hash, key_id=keys.key_id, sealed_at=moment,
+                              mac=seal_mac(keys.current, sealed_seq=sealed_seq, chain_hash=chain_hash,
+                                           key_id_=keys.key_id, sealed_at=moment)))
+    with Session(engine) as session:
+        started = time.perf_counter()
+        check = audit_seals_verify(session, keys=keys)
+        seconds = time.perf_counter() - started
+    return {"ok": check.ok, "events_read": check.checked, "tail": n - sealed_seq, "seconds": seconds,
+            "problems": list(check.problems)}
 
 
 def run_service(settings: BenchSettings, *, work: Path, console: Console) -> dict[str, Any]:

@@ -44,6 +44,8 @@ class BenchSettings:
     batching_subjects: int
     scan_megabytes: float
     scan_subjects: tuple[int, ...]
+    scan_large_megabytes: float  # the larger corpus (10 GB is extrapolated from it)
+    scan_shards: int  # shards of each generated scan corpus (the sharded-worker figure)
     pipeline_timeout_s: float
     wrk_seconds: int
     wrk_connections: int
@@ -58,7 +60,8 @@ QUICK = BenchSettings(
     mode="quick", preset="tiny", people=24, forget_fractions=(0.1,), seeds=(0,),
     methods=METHOD_VARIANTS, tofu_perturbed=4, utility_facts=60,
     continual_requests=3, continual_method="asu", cost_epochs=2, batching_subjects=6,
-    scan_megabytes=5.0, scan_subjects=(1, 20), pipeline_timeout_s=420.0,
+    scan_megabytes=5.0, scan_subjects=(1, 20), scan_large_megabytes=20.0, scan_shards=4,
+    pipeline_timeout_s=420.0,
     wrk_seconds=3, wrk_connections=4, gunicorn_workers=2, audit_events=20_000,
 )
 
@@ -66,7 +69,8 @@ FULL = BenchSettings(
     mode="full", preset="demo", people=200, forget_fractions=(0.01, 0.05, 0.10), seeds=(0, 1, 2),
     methods=METHOD_VARIANTS, tofu_perturbed=5, utility_facts=200,
     continual_requests=10, continual_method="asu", cost_epochs=2, batching_subjects=20,
-    scan_megabytes=100.0, scan_subjects=(1, 100), pipeline_timeout_s=600.0,
+    scan_megabytes=100.0, scan_subjects=(1, 100), scan_large_megabytes=1000.0, scan_shards=8,
+    pipeline_timeout_s=600.0,
     wrk_seconds=15, wrk_connections=8, gunicorn_workers=2, audit_events=1_000_000,
 )
 

@@ -3,6 +3,7 @@ environment once (see .env.example); nothing here reads os.environ directly, so 
 web, the workers and the CLIs can never disagree about a setting."""
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,9 @@ def django_database(url: str) -> dict[str, Any]:
     raise domain_config.ConfigError("DATABASE_URL", f"unsupported backend {backend!r}")
 
 
+if not CONFIG.django_secret_key:
+    # Workers run without it (config._web_secret); the web must never run with an empty one.
+    raise domain_config.ConfigError("DJANGO_SECRET_KEY", "the web process needs it (or DJANGO_SECRET_KEY_FILE)")
 SECRET_KEY = CONFIG.django_secret_key
 DEBUG = CONFIG.debug
 ALLOWED_HOSTS = list(CONFIG.allowed_hosts)
@@ -57,8 +61,31 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "ninja",  # only so that its Swagger UI is served from local static files, not a CDN
+    "axes",  # sign-in throttling (lock-outs are audited by deletion.web.access)
     "deletion.web",
 ]
+
+# django-axes first: it refuses a locked-out account before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Lock the account name (not the address): credential stuffing from many addresses
+# still stops, at the price that an attacker can hold an account locked for the
+# cool-off; an admin releases it early with `manage.py unlock_account`.
+AXES_FAILURE_LIMIT = CONFIG.login_failure_limit
+AXES_COOLOFF_TIME = timedelta(minutes=CONFIG.login_lockout_minutes)
+AXES_LOCKOUT_PARAMETERS = ["username"]
+# axes would rather also lock addresses; one office behind one NAT address would then be
+# locked out as a whole by one mistyping colleague, so the account is the unit here.
+SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+AXES_RESET_ON_SUCCESS = True
+AXES_USERNAME_CALLABLE = "deletion.web.access.axes_username"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_LOCKOUT_TEMPLATE = "web/locked_out.html"
+AXES_ENABLE_ADMIN = False
+AXES_VERBOSE = False  # its log lines would name the address; the audit trail has the event
+AXES_DISABLE_ACCESS_LOG = True  # no per-login rows with addresses and browsers
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -72,7 +99,14 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, so that every view (not only the decorated ones) needs a login.
     "deletion.web.middleware.LoginRequiredMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Staff e-mail (reminders, retraining notices); the embedded default prints to the console.
+EMAIL_BACKEND = CONFIG.email_backend
+EMAIL_HOST = CONFIG.email_host
+EMAIL_PORT = CONFIG.email_port
+DEFAULT_FROM_EMAIL = CONFIG.email_from
 
 ROOT_URLCONF = "deletion.urls"
 WSGI_APPLICATION = "deletion.wsgi.application"

@@ -1,0 +1,19 @@
+"""gunicorn settings of the web process: `make run` (workers/processes.py) and the
+compose `web` service both start gunicorn with this file.
+
+Threaded workers, because the audit trail's CSV/JSON export streams for as long as
+the filtered trail takes to read (minutes for millions of events): a sync worker is
+killed by the arbiter once one request outlives `timeout` (30 s by default), which cut
+long exports off mid-file.  A gthread worker's main thread keeps reporting to the
+arbiter while its threads serve, so `timeout` only catches a worker that hangs as a
+whole, and a slow download holds one thread, not the worker.
+"""
+
+worker_class = "gthread"
+threads = 4
+# A worker whose main loop is stuck this long is restarted (requests themselves may run longer).
+timeout = 120
+graceful_timeout = 30
+# Behind a proxy that keeps connections open.
+keepalive = 5
+accesslog = "-"
