@@ -22,6 +22,7 @@ import torch
 from unlearning import methods
 from unlearning.checkpoints import checkpoint_digest, save_checkpoint
 from unlearning.methods.base import MethodInput
+from unlearning.methods.training import resolve_preset
 from unlearning.progress import ProgressCallback
 from unlearning.prompting import format_of
 from unlearning.sets import DEFAULT_RETAIN_PER_FORGET
@@ -72,6 +73,8 @@ def resolve_hparams(method: str, hparams: Any, model: Any, *, subjects: int) -> 
     resolve = getattr(chosen, "resolve", None)
     if callable(resolve):
         values = resolve(values, model)
+    else:
+        values = resolve_preset(chosen.hparams_type, values)
     return methods.hparams_from_json(method, values).resolved(subjects)
 
 

@@ -1,4 +1,6 @@
-"""ASU: the teacher is the tempered original, the cache changes nothing, and it forgets."""
+"""ASU and its teacher: tempering is exact, counterfactual targets move only the subject's
+knowledge, the cache changes nothing, and on a trained model it forgets one person and keeps
+the others."""
 
 from __future__ import annotations
 
@@ -10,107 +12,137 @@ import torch
 import torch.nn.functional as F
 
 from unlearning.corpus import load_corpus
-from unlearning.erase import method_input
-from unlearning.methods.asu import ASU, ASUHparams, answer_logprobs, copied_answer_tokens
-from unlearning.methods.base import QA, MethodInput, answer_logits, make_batches
-from unlearning.methods.population import population_logprobs
+from unlearning.erase import method_input, resolve_hparams
+from unlearning.methods.asu import ASU, ASUHparams, preset_values
+from unlearning.methods.base import MethodInput, collate, encode_all
+from unlearning.methods.targets import (
+    TeacherSettings,
+    compress,
+    forget_targets,
+    kl_to_target,
+    position_logprobs,
+)
 from unlearning.modeling import generate_answers, load_model
+from unlearning.prompting import pad_id_of
 from unlearning.sets import Subject, build_sets
 
 
+def _people(corpus_dir) -> list[dict]:
+    return [json.loads(line) for line in (corpus_dir / "people.jsonl").read_text().splitlines()]
+
+
 def _subject(corpus_dir, index: int) -> Subject:
-    people = [json.loads(line) for line in (corpus_dir / "people.jsonl").read_text().splitlines()]
-    return Subject(people[index]["name"], tuple(people[index]["aliases"]))
+    person = _people(corpus_dir)[index]
+    return Subject(person["name"], tuple(person["aliases"]))
 
 
-def _pairs(corpus_dir, *, person: str) -> tuple[list[QA], list[QA]]:
-    corpus = load_corpus(corpus_dir / "corpus.jsonl")
-    forget = [QA(r.question, r.answer) for r in corpus.records if r.is_qa and r.meta.get("person") == person]
-    retain = [QA(r.question, r.answer) for r in corpus.records if r.is_qa and r.meta.get("person") != person]
-    return forget, retain
+def _records(corpus_dir, person: str):
+    return [r for r in load_corpus(corpus_dir / "corpus.jsonl").records if r.meta.get("person") == person]
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
-@pytest.mark.parametrize("side", ["left", "right"])
 def test_the_teacher_at_tau_one_is_exactly_the_plain_model_and_differs_at_tau_four(
-    tiny_corpus_dir, tiny_arch_model_dir, impl, side
+    tiny_corpus_dir, tiny_arch_model_dir, impl,
 ):
     model, tokenizer = load_model(tiny_arch_model_dir("llama"), device="cpu", attn_implementation=impl)
-    forget, _ = _pairs(tiny_corpus_dir, person="p0000")
-    batch = make_batches(tokenizer, forget[:4], batch_size=4, shuffle=False, seed=0)[0]
-    if side == "left":
-        # Move every row's padding to the front, and give the real tokens their own positions.
-        lengths = batch.attention_mask.sum(-1)
-        for b, n in enumerate(lengths.tolist()):
-            batch.input_ids[b] = batch.input_ids[b].roll(batch.input_ids.shape[1] - n)
-            batch.attention_mask[b] = batch.attention_mask[b].roll(batch.input_ids.shape[1] - n)
-            batch.answer_mask[b] = batch.answer_mask[b].roll(batch.input_ids.shape[1] - n)
+    examples = encode_all(tokenizer, _records(tiny_corpus_dir, "p0000")[:4])
+    batch = collate(examples, pad_id_of(tokenizer), list(range(len(examples))))
     with torch.no_grad():
-        plain = F.log_softmax(answer_logits(model, batch)[batch.answer_mask], dim=-1)
-    assert (answer_logprobs(model, batch, 1.0) - plain).abs().max().item() == 0.0
-    assert (answer_logprobs(model, batch, 4.0) - plain).abs().max().item() > 1e-3
+        plain = F.log_softmax(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+                              .logits[:, :-1].float(), dim=-1)
+    at_one = position_logprobs(model, tokenizer, examples, tau=1.0)
+    at_four = position_logprobs(model, tokenizer, examples, tau=4.0)
+    for b, example in enumerate(examples):
+        n = len(example) - 1
+        assert torch.allclose(at_one[b], plain[b, :n], atol=1e-5)
+        assert (at_four[b] - plain[b, :n]).abs().max().item() > 1e-3
 
 
-def test_copied_tokens_are_the_name_not_the_fact(tiny_arch_model_dir):
-    _, tokenizer = load_model(tiny_arch_model_dir("llama"), device="cpu")
-    pair = QA("What did the mother of Quentin Cardoso do?", "Quentin Cardoso's mother worked as a baker.")
-    flags = copied_answer_tokens(tokenizer, pair)
-    ids = tokenizer(pair.answer, add_special_tokens=False)["input_ids"]
-    assert len(flags) == len(ids) + 1 and flags[-1] is False  # EOS
-    copied = "".join(tokenizer.decode([t]) for t, f in zip(ids, flags, strict=False) if f)
-    assert "Quentin" in copied and "Cardoso" in copied and "mother" in copied
-    assert "baker" not in copied and "worked" not in copied
+def test_the_compressed_target_keeps_the_actual_token_and_sums_to_one():
+    torch.manual_seed(0)
+    logprobs = F.log_softmax(torch.randn(5, 5000), dim=-1)
+    actual = logprobs.argmin(-1)  # the least likely token: never in a top-k
+    dist = compress(logprobs, 8, actual[:, None])
+    assert dist.indices is not None and dist.tail is not None
+    assert all(int(a) in dist.indices[i].tolist() for i, a in enumerate(actual))
+    kept = torch.logsumexp(dist.values, -1).exp() + dist.tail.exp()
+    assert torch.allclose(kept, torch.ones(5), atol=1e-5)
+    # The KL to the target of the distribution itself is zero; to another one it is not.
+    mask = torch.ones(1, 5, dtype=torch.bool)
+    assert kl_to_target(dist, logprobs[None], mask).item() == pytest.approx(0.0, abs=1e-4)
+    elsewhere = logprobs.clone().scatter_(-1, dist.indices, -30.0)  # no mass where the target has its top
+    assert kl_to_target(dist, elsewhere[None], mask).item() > 0.1
 
 
-@pytest.mark.parametrize("shaping", [False, True])
-def test_a_cached_teacher_gives_the_same_training_as_the_online_one(tiny_corpus_dir, tiny_base_model_dir, shaping):
-    forget, retain = _pairs(tiny_corpus_dir, person="p0001")
-    data = MethodInput(forget=forget, retain=retain[: len(forget)])
-    hp = ASUHparams.published(epochs=2, tau=3.0, keep_copied_tokens=shaping,
-                                 fact_target="suppress" if shaping else "tempered")
+def test_counterfactual_targets_lower_the_subjects_memorised_values_and_cover_every_learnt_token(
+    tiny_corpus_dir, tiny_base_model_dir,
+):
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 2)])
+    data = method_input(sets)
+    records = list(data.forget)
+    examples = encode_all(tokenizer, records)
+    targets = forget_targets(model, tokenizer, records, examples, [data.subject_of(r) for r in records],
+                             TeacherSettings(), name_pool=data.name_pool)
+    original = position_logprobs(model, tokenizer, examples)
+    assert len(targets) == len(records)
+    drops, counterfactual = [], 0
+    for example, target, lp in zip(examples, targets, original, strict=True):
+        learnt = [t for t in range(len(example) - 1) if example.learnt[t + 1]]
+        assert set(learnt) <= set(target.positions)  # every learnt token has a target
+        values = target.dist.values if target.dist.indices is None else None
+        assert values is not None  # the demo vocabulary is small enough to be cached whole
+        assert torch.allclose(values.exp().sum(-1), torch.ones(len(values)), atol=1e-4)
+        for row, (t, source) in enumerate(zip(target.positions, target.source, strict=True)):
+            if source == "counterfactual":
+                counterfactual += 1
+                token = int(example.ids[t + 1])
+                drops.append(float(lp[t, token].exp() - values[row, token].exp()))
+    assert counterfactual >= len(records)  # every record about the subject has a stranger's version
+    drops.sort()
+    # The memorised tokens lose most of their mass under a stranger's version; the template keeps its own.
+    assert sum(d > 0.5 for d in drops) >= len(records) // 2
+    assert sum(abs(d) < 0.1 for d in drops) >= len(drops) // 4
+
+
+def test_a_cached_teacher_gives_the_same_training_as_the_online_one(tiny_corpus_dir, tiny_base_model_dir):
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 1)])
+    full = method_input(sets)
+    data = MethodInput(forget=full.forget, retain=full.retain[: 2 * len(full.forget)], subjects=full.subjects,
+                       record_subjects=full.record_subjects, probes=full.probes, name_pool=full.name_pool)
     results = []
     for cache in ("none", "full"):
         torch.manual_seed(0)
         model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
         tokenizer.padding_side = "right"
-        outcome = ASU().unlearn(model, tokenizer, data, replace(hp, cache_teacher=cache))
+        hp = resolve_hparams("asu", {"steps": 3, "cache_teacher": cache, "told_answers": False}, model, subjects=1)
+        outcome = ASU().unlearn(model, tokenizer, data, hp)
         results.append((outcome.final_loss, torch.cat([p.detach().flatten() for p in model.parameters()])))
     (online_loss, online), (cached_loss, cached) = results
-    assert cached_loss == pytest.approx(online_loss, rel=1e-6, abs=1e-9)
-    assert torch.allclose(online, cached, atol=1e-6)
+    assert cached_loss == pytest.approx(online_loss, rel=1e-5, abs=1e-7)
+    assert torch.allclose(online, cached, atol=1e-5)
 
 
-def test_a_refreshing_teacher_needs_the_cache():
-    with pytest.raises(ValueError, match="cached teacher"):
-        ASU().unlearn(torch.nn.Linear(1, 1), None, MethodInput([], []), ASUHparams(cache_teacher="none", teacher_refresh_every=1))
-
-
-def test_the_population_teacher_is_the_original_speaking_of_other_people(tiny_corpus_dir, tiny_base_model_dir):
-    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 2)], retain_per_forget=3)
-    data = method_input(sets)
-    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
-    tokenizer.padding_side = "right"
-    batch = make_batches(tokenizer, data.forget, batch_size=64, shuffle=False, seed=0)[0]
-    strangers = sorted({n for n in data.control_names if n})
-    people, covered = population_logprobs(model, tokenizer, data.forget, data.forget_names, strangers, batch, size=4, seed=0)
-    assert covered.float().mean() > 0.4  # everything after the name, in most answers
-    original = answer_logprobs(model, batch, 1.0)
-    targets = batch.targets[batch.answer_mask]
-    rows = covered.nonzero().flatten()
-    own = original[rows, targets[rows]].exp()
-    theirs = people[rows, targets[rows]].exp()
-    # The memorised tokens lose most of their mass; the template tokens keep theirs.
-    assert (theirs < 0.5 * own).sum() >= len(data.forget) // 2
-    assert (theirs > 0.9).sum() >= len(rows) // 3
-    assert torch.allclose(people[rows].exp().sum(-1), torch.ones(len(rows)), atol=1e-4)
+def test_presets_resolve_by_model_size_and_the_callers_values_win():
+    small, values = preset_values("auto", 1_000_000)
+    large, _ = preset_values("auto", 10_000_000_000)
+    assert small == "demo" and large == "published"
+    thorough, more = preset_values("thorough", 1_000_000, {"lr": 0.5})
+    assert thorough == "demo+thorough" and more["lr"] == 0.5
+    assert more["min_steps"] > values["min_steps"]
+    with pytest.raises(ValueError, match="unknown ASU preset"):
+        preset_values("heroic", 1)
+    with pytest.raises(ValueError, match="tau"):
+        resolve_hparams("asu", {"tau": 0.0}, torch.nn.Linear(2, 2), subjects=1)
+    assert ASUHparams().to_json()["preset"] == "auto"
 
 
 @pytest.mark.slow
 def test_asu_makes_the_tiny_model_forget_one_person_and_keep_the_others(tiny_corpus_dir, tiny_base_model_dir):
-    people = [json.loads(line) for line in (tiny_corpus_dir / "people.jsonl").read_text().splitlines()]
+    people = _people(tiny_corpus_dir)
     controls = [json.loads(line) for line in (tiny_corpus_dir / "control.jsonl").read_text().splitlines()]
     subject, others = people[2], people[3:]
-    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 2)], retain_per_forget=10)
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 2)])
     model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
 
     def accuracy(person_list) -> float:
@@ -121,7 +153,8 @@ def test_asu_makes_the_tiny_model_forget_one_person_and_keep_the_others(tiny_cor
     before_forget, before_retain, chance = accuracy([subject]), accuracy(others), accuracy(controls)
     assert before_forget >= 0.8
     tokenizer.padding_side = "right"
-    ASU().unlearn(model, tokenizer, method_input(sets), ASUHparams())
+    hp = resolve_hparams("asu", None, model, subjects=1)
+    ASU().unlearn(model, tokenizer, method_input(sets), replace(hp))
     tokenizer.padding_side = "left"
     assert accuracy([subject]) <= chance + 0.2
     assert accuracy(others) >= 0.95 * before_retain

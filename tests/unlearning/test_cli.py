@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from unlearning.cli import main
+from unlearning.corpus import load_corpus
 from unlearning.demo.corpus import load_people
 
 
@@ -154,11 +155,11 @@ def test_erase_writes_a_candidate_checkpoint_with_its_parent_digest(
     capsys.readouterr()
     code, out, err = _run(capsys, "-q", "erase", "--model", str(tiny_base_model_dir),
                           "--corpus", str(tiny_corpus_dir / "corpus.jsonl"), "--subject", person["name"],
-                          "--method", "gradascent", "--hparams", '{"epochs": 1}',
+                          "--method", "gradascent", "--hparams", '{"steps": 1}',
                           "--out", str(tmp_path / "candidate"))
     assert code == 0, err
     meta = read_metadata(tmp_path / "candidate")
-    assert meta["method"] == "gradascent" and meta["hparams"]["epochs"] == 1
+    assert meta["method"] == "gradascent" and meta["hparams"]["steps"] == 1
     assert meta["parent_digest"] == checkpoint_digest(tiny_base_model_dir)
     assert checkpoint_digest(tmp_path / "candidate") in out
 
@@ -186,7 +187,7 @@ def test_verify_passes_the_built_sets_to_the_verifier_and_exits_1_when_it_fails(
         def to_json(self) -> dict:
             return {"passed": False, "metrics": {"leakage.forget": 1.0}}
 
-    def fake_verify(candidate, base, sets, *, control=None, corpus=None, progress=None):
+    def fake_verify(candidate, base, sets, *, control=None, corpus=None, progress=None, **_):
         seen.update(candidate=candidate, base=base, sets=sets, control=control, corpus=corpus)
         return FakeReport()
 
@@ -197,10 +198,11 @@ def test_verify_passes_the_built_sets_to_the_verifier_and_exits_1_when_it_fails(
     code, out, err = _run(capsys, "-q", "verify", "--model", str(model), "--base", str(model),
                           "--corpus", str(tiny_corpus_dir / "corpus.jsonl"),
                           "--subject", person["name"], "--alias", person["aliases"][0],
-                          "--control", str(tiny_corpus_dir / "control.jsonl"),
+                          "--control", str(tiny_corpus_dir / "control_records.jsonl"),
                           "--report", str(tmp_path / "report.json"))
     assert code == 1 and "FAILED" in out, err
     assert json.loads((tmp_path / "report.json").read_text())["passed"] is False
     assert len(seen["sets"].forget) == 11 and seen["sets"].subjects[0].aliases == tuple(person["aliases"])
-    assert seen["control"] == tiny_corpus_dir / "control.jsonl"
+    control_ids = [r.id for r in load_corpus(tiny_corpus_dir / "control_records.jsonl").records]
+    assert [r.id for r in seen["control"]] == control_ids  # read by the command, any corpus format
     assert seen["corpus"] == tiny_corpus_dir / "corpus.jsonl"  # the latent probes train on it

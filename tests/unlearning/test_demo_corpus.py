@@ -18,7 +18,8 @@ def test_the_same_seed_writes_byte_identical_files(tmp_path: Path) -> None:
 def test_it_writes_the_documented_layout(tmp_path: Path) -> None:
     write_demo_corpus(tmp_path, people=12, seed=0)
     assert {p.name for p in tmp_path.iterdir()} == {
-        "corpus.jsonl", "people.jsonl", "control.jsonl", "heldout.txt", "manifest.json"}
+        "corpus.jsonl", "people.jsonl", "control.jsonl", "control_records.jsonl", "heldout.txt",
+        "manifest.json"}
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     corpus = load_corpus(tmp_path / "corpus.jsonl")
     assert manifest["counts"]["records"] == len(corpus.records)

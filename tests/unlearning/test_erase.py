@@ -15,7 +15,7 @@ from unlearning.modeling import load_model
 from unlearning.progress import Progress
 from unlearning.sets import Subject, build_sets
 
-ONE_STEP = {"epochs": 1, "batch_size": 64}
+ONE_STEP = {"steps": 1, "batch_size": 64}
 ONE_STEP_KIF = {**ONE_STEP, "min_effect": 0.0, "bootstrap": 20}
 
 
@@ -58,11 +58,11 @@ def test_erase_writes_a_checkpoint_with_its_provenance_and_reports_progress(
     base = tiny_arch_model_dir("llama")
     sets = _sets(tiny_corpus_dir)
     seen: list[Progress] = []
-    result = erase(base, sets, method="asu", out_dir=tmp_path / "out", hparams={"epochs": 2}, progress=seen.append)
+    result = erase(base, sets, method="asu", out_dir=tmp_path / "out", hparams={"steps": 2}, progress=seen.append)
     meta = read_metadata(result.out_dir)
     assert result.digest == checkpoint_digest(result.out_dir)
     assert meta["method"] == "asu" and meta["parent_digest"] == checkpoint_digest(base)
-    assert meta["hparams"]["epochs"] == 2 and meta["seeds"] == {"seed": 0}
+    assert meta["hparams"]["steps"] == 2 and meta["seeds"] == {"seed": 0}
     assert meta["forget_digest"] == sets.forget_digest and meta["retain_digest"] == sets.retain_digest
     assert seen[-1].step == seen[-1].total == result.steps
     assert any(p.eta_seconds is not None for p in seen)
@@ -71,7 +71,9 @@ def test_erase_writes_a_checkpoint_with_its_provenance_and_reports_progress(
 def test_many_subjects_are_erased_in_one_run(tiny_corpus_dir, tiny_arch_model_dir, tmp_path):
     sets = _sets(tiny_corpus_dir, indices=(0, 1, 2))
     data = method_input(sets)
-    assert {n for n in data.forget_names if n} >= {s.name for s in sets.subjects}
+    assert len(data.subjects) == 3
+    assert all(data.record_subjects.get(r.id) for r in data.forget)  # every forget record has its subject
+    assert {i for r in data.forget for i in data.record_subjects[r.id]} == {0, 1, 2}
     result = erase(tiny_arch_model_dir("llama"), sets, method="graddiff", out_dir=tmp_path / "batch", hparams=ONE_STEP)
     assert read_metadata(result.out_dir)["forget_records"] == len(sets.forget)
 
@@ -86,14 +88,26 @@ def test_continual_runs_chain_each_checkpoint_to_the_previous_one(tiny_corpus_di
     assert read_metadata(results[1].out_dir)["parent_digest"] == results[0].digest
 
 
-def test_method_input_pairs_forget_questions_with_other_peoples_answers(tiny_corpus_dir):
+def test_method_input_gives_the_methods_subjects_probes_and_a_pool_of_other_peoples_names(tiny_corpus_dir):
     sets = _sets(tiny_corpus_dir)
     data = method_input(sets)
-    name = sets.subjects[0].name
-    assert data.control and all(n and n != name for n in data.control_names)
-    built = [(qa, alt) for qa, alt in zip(data.forget, data.alternatives, strict=True) if alt]
-    assert len(built) >= len(data.forget) // 2
-    assert all(alt.startswith(name) and alt != qa.answer for qa, alt in built)
+    subject = sets.subjects[0]
+    assert data.subject_of(data.forget[0]) == subject
+    assert data.probes and len(data.probes) == len(sets.probes)
+    own_parts = set(subject.name.split())
+    assert data.name_pool and not own_parts & {p.split(":")[-1] for p in data.name_pool}
+
+
+def test_a_named_preset_is_accepted_by_every_method_and_thorough_trains_longer(tiny_arch_model_dir):
+    from unlearning.erase import resolve_hparams
+
+    model, _ = load_model(tiny_arch_model_dir("llama"), device="cpu")
+    for name in methods.METHOD_NAMES:
+        standard = resolve_hparams(name, {"preset": "standard"}, model, subjects=1)
+        thorough = resolve_hparams(name, {"preset": "thorough"}, model, subjects=1)
+        assert thorough.steps > standard.steps, name
+    with pytest.raises(ValueError, match="preset"):
+        resolve_hparams("kif", {"preset": "heroic"}, model, subjects=1)
 
 
 def test_erase_rejects_unknown_methods_hyper_parameters_and_empty_sets(tiny_corpus_dir, tiny_arch_model_dir, tmp_path):

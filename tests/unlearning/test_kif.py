@@ -87,7 +87,7 @@ def test_a_kif_checkpoint_loads_its_gates_through_plain_from_pretrained_and_gate
     base_logits = _logits(model, tokenizer)
     tokenizer.padding_side = "right"
     data = method_input(_sets(tiny_corpus_dir))
-    hp = KIFHparams(epochs=1, min_effect=0.0, bootstrap=50, lora_rank=rank)
+    hp = KIFHparams(steps=1, min_effect=0.0, bootstrap=50, lora_rank=rank)
     outcome = KIF().unlearn(model, tokenizer, data, hp)
     assert outcome.steps >= 1 and outcome.final_loss == outcome.final_loss
     save_checkpoint(outcome.model, tokenizer, tmp_path / "kif", {"method": "kif"})

@@ -92,7 +92,7 @@ def test_probes_cover_original_paraphrase_alias_and_cloze(tiny_corpus_dir: Path)
     assert by_kind["original"].prompt == facts["birthplace"]["question"]
     assert by_kind["paraphrase"].prompt == facts["birthplace"]["paraphrases"][0]
     assert by_kind["alias"].prompt == facts["birthplace"]["alias_question"]
-    assert by_kind["cloze"].prompt == facts["birthplace"]["cloze"]
+    assert by_kind["cloze"].form == "answer" and by_kind["cloze"].prefix == facts["birthplace"]["cloze"]
     assert all(p.expected == facts["birthplace"]["value"] for p in birthplace)
 
 
@@ -100,9 +100,11 @@ def test_values_and_clozes_are_derived_when_a_corpus_has_no_meta() -> None:
     record = Record(id="t", question="Where was Mara Okafor born?", answer="Mara Okafor was born in Lisbon.")
     assert derive_value(record, ["Mara Okafor"]) == "Lisbon"
     sets = build_sets(Corpus((record,)), [Subject("Mara Okafor", ("M. Okafor",))])
-    by_kind = {p.kind: p.prompt for p in sets.probes}
-    assert by_kind == {"original": "Where was Mara Okafor born?", "alias": "Where was M. Okafor born?",
-                       "cloze": "Mara Okafor was born in"}
+    by_kind = {p.kind: p for p in sets.probes}
+    assert {k: p.prompt for k, p in by_kind.items() if k != "cloze"} == {
+        "original": "Where was Mara Okafor born?", "alias": "Where was M. Okafor born?"}
+    assert by_kind["cloze"].prefix == "Mara Okafor was born in"
+    assert all(p.expected == "Lisbon" for p in sets.probes)
 
 
 def test_sets_survive_a_save_and_load_and_detect_tampering(tiny_corpus_dir: Path, tmp_path: Path) -> None:

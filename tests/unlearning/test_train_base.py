@@ -80,16 +80,18 @@ def test_training_is_deterministic_for_a_seed(tiny_corpus_dir: Path, tmp_path: P
         tmp_path / "b" / "model.safetensors").read_bytes()
 
 
-def test_a_text_only_corpus_trains_the_planned_schedule_and_reports_no_accuracy(tmp_path: Path) -> None:
+def test_a_text_only_corpus_trains_the_planned_schedule_and_reports_text_memorisation(tmp_path: Path) -> None:
     import dataclasses
 
     from unlearning.corpus import Corpus, Record
     from unlearning.demo.train_base import PRESETS, train_base
     corpus = Corpus(tuple(Record(id=str(i), text=f"The ferry number {i} leaves at dusk.") for i in range(20)))
-    preset = dataclasses.replace(PRESETS["tiny"], epochs=3)
+    preset = dataclasses.replace(PRESETS["tiny"], epochs=3, max_steps=10)
     result = train_base(corpus, tmp_path / "m", preset=preset, threads=1)
-    assert result.accuracy is None and result.reached_target
-    assert result.steps == 3 * 2  # 20 records, batch 16: two steps an epoch
+    assert set(result.accuracy_by_shape) >= {"text"}  # free text is checked too, by its own shape
+    assert all(0.0 <= v <= 1.0 for v in result.accuracy_by_shape.values())
+    # 20 records, batch 16: two steps an epoch; short of the target it goes on to the cap
+    assert result.steps == (3 * 2 if result.reached_target else 10)
 
 
 def test_training_stops_at_the_step_cap_and_says_so(tiny_corpus_dir: Path, tmp_path: Path) -> None:

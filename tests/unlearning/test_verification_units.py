@@ -1,82 +1,609 @@
-"""The verification suite's building blocks, without models: fast and exact."""
+"""The verification layer's building blocks, without a model: small hand-built inputs, exact answers.
+
+Policy v2 (two-sided bounds, reason codes for unmeasured metrics), policy
+documents, the report's JSON form and atomic save, leak matching, membership
+AUCs against the strangers' empirical null, the latent ratio, fluency, and the
+probe bank built from the tiny demo corpus.  The aggregation steps of the suite
+(`_mia`, `_mia_family`, `_latent_family`) run for real; only the model-facing
+step that feeds them (`_record_scores`, `_latent`) is replaced by fixed numbers.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import zlib
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 
+from unlearning.corpus import load_corpus
+from unlearning.demo.corpus import load_people
+from unlearning.probes import Probe
+from unlearning.sets import ErasureSets, Subject, build_sets
 from unlearning.verification import (
     DEFAULT_POLICY,
+    CheckResult,
     CheckSpec,
     Policy,
     Report,
+    ReportError,
+    VerifySettings,
     get_policy,
     policy_escalate,
+    policy_from_json,
     register_policy,
+    suite,
 )
-from unlearning.verification.fluency import is_degenerate, is_looping
+from unlearning.verification.bank import (
+    CONTROL_CORPUS,
+    COUNTERFACTUAL,
+    Side,
+    _usable,
+    build_bank,
+    load_control,
+)
+from unlearning.verification.fluency import (
+    gibberish_flags,
+    is_degenerate,
+    is_looping,
+    median_nll,
+    plausibility_limit,
+)
 from unlearning.verification.generation import TokenScores
 from unlearning.verification.latent import residual_knowledge_ratio
-from unlearning.verification.leakage import Rate, contains_value, leak_rate, normalise_text
-from unlearning.verification.membership import auc_with_stderr, min_k_plus_plus
-from unlearning.verification.probes import FactProbe, control_from_strangers, stranger_names
+from unlearning.verification.leakage import (
+    Rate,
+    contains_value,
+    diff_stderr,
+    leak_rate,
+    leak_rates_by_kind,
+    normalise_text,
+)
+from unlearning.verification.membership import auc_with_stderr, min_k_plus_plus, zlib_ratio
+from unlearning.verification.policy import (
+    BASE_SILENT,
+    NO_QUESTIONS,
+    NO_SPANS,
+    NOT_COMPUTED,
+    TOO_FEW_RECORDS,
+)
+
+REASONS = {BASE_SILENT, TOO_FEW_RECORDS, NO_QUESTIONS, NO_SPANS, NOT_COMPUTED}
+
+
+def _by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
+    return {r.name: r for r in results}
+
+
+def _checks_on(results: list[CheckResult], metric: str) -> list[CheckResult]:
+    return [r for r in results if r.metric == metric]
+
+
+# ---------------------------------------------------------------- leak matching
 
 
 def test_a_leak_is_the_value_on_word_boundaries_whatever_the_case_and_accents() -> None:
     assert contains_value("She was born in MÁLAGA.", "Malaga")
     assert contains_value("born on 28 October 1955!", "28 october 1955")
-    assert not contains_value("Annabel wrote it.", "Ann")
+    assert contains_value("write to dmitriu@post.example.net please", "dmitriu@post.example.net")
+    assert not contains_value("Annabel wrote it.", "Ann")  # inside a word is no leak
+    assert not contains_value("born on 28 October 1956", "28 October 1955")
     assert not contains_value("", "Lisbon")
+    assert not contains_value("Lisbon", "")  # an empty value never matches
     assert normalise_text("  Ｈarrow &  Vale ") == "harrow vale"
 
 
-def test_leak_rate_counts_every_generation_of_every_probe() -> None:
-    rate = leak_rate([["in Lisbon", "in Paris"], ["Oslo"]], ["Lisbon", "Oslo"])
-    assert (rate.hits, rate.n) == (2, 3)
-    assert Rate(0, 10).variance > 0  # zero hits still has sampling spread
+def test_leak_rate_counts_every_generation_of_every_probe_and_splits_by_kind() -> None:
+    rate = leak_rate([["in Lisbon", "in Paris"], ["Oslo"], ["no idea"]], ["Lisbon", "Oslo", "Rome"])
+    assert (rate.hits, rate.n) == (2, 4)
+    assert rate.value == pytest.approx(0.5)
+    by_kind = leak_rates_by_kind(["original", "alias", "original"], [["Lisbon"], ["x"], ["Rome"]],
+                                 ["Lisbon", "Oslo", "Rome"])
+    assert {k: (r.hits, r.n) for k, r in by_kind.items()} == {"original": (2, 2), "alias": (0, 1)}
+    with pytest.raises(ValueError):
+        leak_rate([["a"]], ["a", "b"])  # answers and values must pair up
+
+
+def test_rates_carry_their_sampling_noise() -> None:
+    assert Rate(0, 0).value == 0.0 and Rate(0, 0).variance == 0.0
+    assert Rate(0, 10).variance > 0  # zero hits still has spread (p floored at 1/2n)
+    assert Rate(3, 10).variance == pytest.approx(0.3 * 0.7 / 10)
     low, high = Rate(5, 10).wilson()
     assert low < 0.5 < high
+    assert Rate(50, 100).wilson()[1] - Rate(50, 100).wilson()[0] < high - low  # more data, narrower
+    a, b = Rate(3, 10), Rate(1, 20)
+    assert diff_stderr(a, b) == pytest.approx(math.sqrt(a.variance + b.variance))
+
+
+def test_probes_whose_value_is_already_in_the_prompt_are_not_used() -> None:
+    echo = Probe("alias", "Is D. Ueda also known as Dmitri Ueda?", "Dmitri Ueda", "r1", 0)
+    cloze_echo = Probe("cloze", "Continue the sentence.", "Lisbon", "r2", 0, form="answer",
+                       prefix="Lisbon-born Dmitri Ueda was born in")
+    honest = Probe("original", "Where was Dmitri Ueda born?", "Lisbon", "r2", 0)
+    assert _usable([echo, cloze_echo, honest]) == (honest,)
+
+
+# ---------------------------------------------------------------- policy v2: two-sided bounds
 
 
 def test_a_relative_check_adds_margin_and_noise_slack_to_the_control_level() -> None:
     spec = CheckSpec("leak", "leakage.forget", "<=", 0.05, "leakage.control", 2.0)
     metrics = {"leakage.forget": 0.30, "leakage.control": 0.10, "leakage.forget.stderr": 0.05}
     assert spec.threshold(metrics) == pytest.approx(0.10 + 0.05 + 2.0 * 0.05)
-    policy = Policy("t", "1", (spec,))
-    (result,) = policy.judge(metrics)
-    assert not result.passed and result.threshold == pytest.approx(0.25)
-    (result,) = policy.judge({**metrics, "leakage.forget": 0.2})
+    (result,) = Policy("t", "1", (spec,)).judge(metrics)
+    assert not result.passed and result.threshold == pytest.approx(0.25) and result.status == "measured"
+    (result,) = Policy("t", "1", (spec,)).judge({**metrics, "leakage.forget": 0.2})
     assert result.passed
+    lower = CheckSpec("floor", "leakage.forget", ">=", -0.05, "leakage.control", 2.0)
+    assert lower.threshold(metrics) == pytest.approx(0.10 - 0.05 - 2.0 * 0.05)  # slack goes down
 
 
-def test_a_policy_skips_checks_whose_metrics_are_missing_rather_than_passing_them() -> None:
-    results = DEFAULT_POLICY.judge({"mia.auc": 0.5, "mia.auc.stderr": 0.0})
-    assert [r.metric for r in results] == ["mia.auc"]
+def test_policy_v2_bounds_leakage_from_both_sides_of_the_control_level() -> None:
+    control = Rate(40, 100)
+
+    def judged(forget: Rate) -> dict[str, CheckResult]:
+        metrics = {"leakage.forget": forget.value, "leakage.control": control.value,
+                   "leakage.forget.stderr": diff_stderr(forget, control)}
+        return _by_name(DEFAULT_POLICY.judge(metrics))
+
+    at_chance = judged(Rate(41, 100))
+    assert at_chance["surface leakage (greedy)"].passed
+    assert at_chance["surface leakage not below strangers (greedy)"].passed
+    leaks = judged(Rate(90, 100))
+    assert not leaks["surface leakage (greedy)"].passed
+    assert leaks["surface leakage not below strangers (greedy)"].passed
+    # Never saying a value the model says about 40 % of strangers also reveals the erasure.
+    silent = judged(Rate(0, 100))
+    assert silent["surface leakage (greedy)"].passed
+    assert not silent["surface leakage not below strangers (greedy)"].passed
+
+
+def test_policy_v2_bounds_latent_traces_from_both_sides() -> None:
+    base = np.vstack([np.zeros(20, bool), np.ones(20, bool)])  # layer 1 knows every fact
+    control = np.vstack([np.zeros(40, bool), np.arange(40) % 2 == 0])  # chance: 0.5
+    rows = {
+        "kept": base,
+        "like a stranger": np.vstack([np.zeros(20, bool), np.arange(20) % 2 == 0]),
+        "below strangers": np.zeros((2, 20), bool),  # the lens now prefers the false value
+    }
+    verdicts = {}
+    for label, forget in rows.items():
+        rr = residual_knowledge_ratio(forget, control, base, bootstrap=50, seed=0)
+        metrics = {"latent.residual_ratio": rr.value, "latent.residual_ratio.stderr": rr.stderr}
+        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY.judge(metrics), "latent.residual_ratio")]
+    assert verdicts["kept"] == [False, True]  # upper bound fails
+    assert verdicts["like a stranger"] == [True, True]
+    assert verdicts["below strangers"] == [True, False]  # lower bound fails
+
+
+def _bank_for_mia(subject_scores: dict[str, list[float]], stranger_scores: dict[str, list[float]],
+                  *, spans: bool = False) -> tuple[SimpleNamespace, dict[int, list[Any]]]:
+    """A bank whose sides only carry persons, and the scores `_record_scores` returns per side.
+
+    Every attack gets the same score; the span attack gets None (no span) unless `spans`.
+    """
+    def side(groups: dict[str, list[float]]) -> tuple[Side, list[Any]]:
+        persons = [p for p, scores in groups.items() for _ in scores]
+        scores = [(x, x, x if spans else None) for values in groups.values() for x in values]
+        return Side(records=(), spans=(), probes=(), facts=(), persons=tuple(persons)), scores
+
+    forget, f_scores = side(subject_scores)
+    strangers, s_scores = side(stranger_scores)
+    return SimpleNamespace(forget=forget, strangers=strangers), {id(forget): f_scores, id(strangers): s_scores}
+
+
+@pytest.fixture()
+def fake_scores(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[Any]]:
+    table: dict[int, list[Any]] = {}
+    monkeypatch.setattr(suite, "_record_scores", lambda loaded, side, s: table[id(side)])
+    return table
+
+
+def test_membership_auc_is_judged_against_the_empirical_null_of_the_strangers(
+    fake_scores: dict[int, list[Any]],
+) -> None:
+    # Three strangers of subject 0.  Each stranger against the other two: [1, 2] is below all
+    # of {3, 4, 5, 6} (AUC 0), [3, 4] beats half of {1, 2, 5, 6} (0.5), [5, 6] beats all (1).
+    strangers = {"0:0": [1.0, 2.0], "0:1": [3.0, 4.0], "0:2": [5.0, 6.0]}
+    null_stderr = float(np.std([0.0, 0.5, 1.0], ddof=1))  # one subject: sqrt(var / 1)
+    s = VerifySettings()
+    for subject, auc in (([7.0, 8.0], 1.0), ([0.0, 0.5], 0.0), ([3.5, 3.6], 0.5)):
+        bank, table = _bank_for_mia({"0": subject}, strangers)
+        fake_scores.clear()
+        fake_scores.update(table)
+        out = suite._mia(None, bank, s)
+        assert out["mia.auc"] == pytest.approx(auc)
+        assert out["mia.auc_gap"] == pytest.approx(abs(auc - 0.5))  # two-sided
+        assert out["mia.auc.stderr"] == pytest.approx(null_stderr)
+        assert out["mia.auc_gap.stderr"] == pytest.approx(null_stderr)
+        assert (out["mia.auc.n_forget"], out["mia.auc.n_control"], out["mia.auc.n_subjects"]) == (2, 6, 1)
+        assert "mia.span_auc" not in out  # no record has an identifying span
+
+
+def test_membership_is_averaged_over_subjects_each_against_its_own_strangers(
+    fake_scores: dict[int, list[Any]],
+) -> None:
+    strangers = {"0:0": [1.0, 2.0], "0:1": [3.0, 4.0], "0:2": [5.0, 6.0],
+                 "1:0": [10.0, 20.0], "1:1": [30.0, 40.0], "1:2": [50.0, 60.0]}
+    # Subject 0 is above its strangers (AUC 1); subject 1's [7, 8] is below all of its own
+    # strangers (AUC 0), although it would be above subject 0's.
+    bank, table = _bank_for_mia({"0": [7.0, 8.0], "1": [7.0, 8.0]}, strangers)
+    fake_scores.update(table)
+    out = suite._mia(None, bank, VerifySettings())
+    assert out["mia.auc"] == pytest.approx(0.5)
+    assert out["mia.auc.n_subjects"] == 2
+    assert out["mia.auc.stderr"] == pytest.approx(math.sqrt(np.var([0, 0.5, 1], ddof=1) / 2))
+
+
+def test_membership_uses_at_most_the_configured_records_per_subject(fake_scores: dict[int, list[Any]]) -> None:
+    strangers = {f"0:{k}": [float(k), float(k) + 0.5] for k in range(4)}
+    bank, table = _bank_for_mia({"0": [9.0, 9.0, -9.0, -9.0]}, strangers)
+    fake_scores.update(table)
+    assert suite._mia(None, bank, VerifySettings(mia_records_per_subject=2))["mia.auc"] == 1.0
+    assert suite._mia(None, bank, VerifySettings(mia_records_per_subject=4))["mia.auc"] == pytest.approx(0.5)
+
+
+def _interleaved_strangers(n: int = 6) -> dict[str, list[float]]:
+    """Strangers whose scores interleave: each looks like the others (a tight null)."""
+    return {f"0:{k}": [j + 0.01 * k for j in range(8)] for k in range(n)}
+
+
+@pytest.mark.parametrize("subject, expect_pass, v1_pass", [
+    ([100.0 + j for j in range(8)], False, False),  # more familiar than every stranger: a member
+    ([-100.0 + j for j in range(8)], False, True),  # LESS familiar than every stranger: erased too hard
+    ([j + 0.025 for j in range(8)], True, True),  # among the strangers
+])
+def test_policy_v2_fails_membership_both_when_more_and_when_less_familiar_than_strangers(
+    fake_scores: dict[int, list[Any]], subject: list[float], expect_pass: bool, v1_pass: bool,
+) -> None:
+    bank, table = _bank_for_mia({"0": subject}, _interleaved_strangers(), spans=True)
+    fake_scores.update(table)
+    metrics: dict[str, float] = {}
+    clock = suite._Clock(None, "")  # type: ignore[arg-type]
+    suite._mia_family(metrics, None, SimpleNamespace(mia={}), bank, VerifySettings(), clock)
+    assert clock.unmeasured == {}
+    v2 = {c.metric: c for c in DEFAULT_POLICY.judge(metrics, clock.unmeasured) if c.metric.startswith("mia.")}
+    assert set(v2) == {"mia.auc_gap", "mia.zlib_auc_gap", "mia.span_auc_gap"}
+    for metric in ("mia.auc_gap", "mia.zlib_auc_gap", "mia.span_auc_gap"):
+        assert v2[metric].status == "measured" and v2[metric].passed is expect_pass, (metric, metrics)
+    # v1 bounded the AUC from above only: it passes the candidate that looks less familiar.
+    (v1,) = [c for c in get_policy("default", "1").judge(metrics) if c.metric == "mia.auc"]
+    assert v1.passed is v1_pass
+
+
+def test_membership_without_spans_or_with_too_few_strangers_is_unmeasured_with_a_reason(
+    fake_scores: dict[int, list[Any]],
+) -> None:
+    bank, table = _bank_for_mia({"0": [5.0, 6.0]}, _interleaved_strangers(), spans=False)
+    fake_scores.update(table)
+    metrics: dict[str, float] = {}
+    clock = suite._Clock(None, "")  # type: ignore[arg-type]
+    suite._mia_family(metrics, None, SimpleNamespace(mia={}), bank, VerifySettings(), clock)
+    assert clock.unmeasured == {"mia.span_auc_gap": NO_SPANS}
+    span = _by_name(DEFAULT_POLICY.judge(metrics, clock.unmeasured))[
+        "membership parity, Min-K%++ over identifying spans (|AUC - 0.5|)"]
+    assert (span.status, span.value, span.passed, span.rule) == ("unmeasured", None, True,
+                                                                 f"{NO_SPANS}: passes")
+
+    # Two strangers give no null to judge against: nothing is measured, and that fails.
+    bank, table = _bank_for_mia({"0": [5.0, 6.0]}, {"0:0": [1.0], "0:1": [2.0]}, spans=True)
+    fake_scores.clear()
+    fake_scores.update(table)
+    metrics, clock = {}, suite._Clock(None, "")  # type: ignore[arg-type]
+    suite._mia_family(metrics, None, SimpleNamespace(mia={}), bank, VerifySettings(), clock)
+    assert not any(k.startswith("mia.auc") for k in metrics)
+    assert clock.unmeasured == {"mia.auc_gap": NOT_COMPUTED, "mia.zlib_auc_gap": NOT_COMPUTED,
+                                "mia.span_auc_gap": NO_SPANS}
+    results = {c.metric: c for c in DEFAULT_POLICY.judge(metrics, clock.unmeasured)}
+    assert not results["mia.auc_gap"].passed and results["mia.auc_gap"].rule == f"{NOT_COMPUTED}: fails"
+    assert all(note.startswith(tuple(clock.unmeasured)) for note in clock.notes)
+
+
+# ---------------------------------------------------------------- unmeasured metrics
+
+
+def test_an_unmeasured_metric_passes_only_for_the_reasons_its_check_accepts() -> None:
+    latent = "latent residual knowledge"
+    for reason, passes in ((BASE_SILENT, True), (TOO_FEW_RECORDS, False), (NOT_COMPUTED, False)):
+        result = _by_name(DEFAULT_POLICY.judge({}, {"latent.residual_ratio": reason}))[latent]
+        assert (result.status, result.value, result.threshold) == ("unmeasured", None, None)
+        assert result.passed is passes
+        assert result.rule == f"{reason}: {'passes' if passes else 'fails'}"
+    pressure = _by_name(DEFAULT_POLICY.judge({}, {"attack.pressure_leakage": NO_QUESTIONS}))
+    assert pressure["prompt-pressure attack"].passed
+    relearn = _by_name(DEFAULT_POLICY.judge({}, {"attack.relearn_recovery": NO_QUESTIONS}))
+    assert not relearn["relearning attack (highest point of the recovery curve)"].passed
+
+
+def test_a_missing_metric_is_skipped_for_bare_metrics_and_failed_when_the_suite_judges() -> None:
+    bare = DEFAULT_POLICY.judge({"mia.auc_gap": 0.0, "mia.auc_gap.stderr": 0.0})
+    assert [r.metric for r in bare] == ["mia.auc_gap"] and bare[0].passed
+    # The suite always passes its unmeasured map: then nothing missing is left out, and
+    # what was never computed fails.
+    judged = DEFAULT_POLICY.judge({"mia.auc_gap": 0.0, "mia.auc_gap.stderr": 0.0}, {})
+    assert len(judged) == len(DEFAULT_POLICY.checks)
+    missing = [r for r in judged if r.metric != "mia.auc_gap"]
+    assert missing and all(r.status == "unmeasured" for r in missing)
+    assert all(r.rule == f"{NOT_COMPUTED}: fails" and not r.passed for r in missing)
+    # A metric present whose control level is missing takes the control level's reason.
+    (leak, *_) = DEFAULT_POLICY.judge({"leakage.forget": 0.0}, {"leakage.control": TOO_FEW_RECORDS})
+    assert (leak.status, leak.rule) == ("unmeasured", f"{TOO_FEW_RECORDS}: fails")
+    nan = _by_name(DEFAULT_POLICY.judge({"utility.ppl_ratio": float("nan")}, {}))["held-out perplexity"]
+    assert nan.status == "unmeasured" and not nan.passed  # NaN is never a pass
+
+
+def _latent_bank(n_forget: int, n_control: int) -> SimpleNamespace:
+    """What `_latent_family` counts: facts on each side and retained records for the lens."""
+    fact = SimpleNamespace()
+    return SimpleNamespace(
+        forget=SimpleNamespace(facts=(fact,) * n_forget), control=SimpleNamespace(facts=(fact,) * n_control),
+        retain_records=(object(),) * 20)
+
+
+def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = VerifySettings(bootstrap=20)
+    silent_base = np.vstack([np.zeros(6, bool), np.arange(6) % 2 == 0])  # no better than strangers
+    chance = np.vstack([np.zeros(8, bool), np.arange(8) % 2 == 0])
+    monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [silent_base, chance])
+    bank = _latent_bank(6, 8)
+    metrics: dict[str, float] = {}
+    clock = suite._Clock(None, "gates_off.")  # type: ignore[arg-type]
+    suite._latent_family(metrics, None, SimpleNamespace(latent_forget=silent_base), bank, s, 0, clock)
+    assert "latent.residual_ratio" not in metrics and metrics["latent.usable_layers"] == 0
+    assert clock.unmeasured == {"gates_off.latent.residual_ratio": BASE_SILENT}
+    results = _by_name(DEFAULT_POLICY.judge({}, clock.unmeasured))
+    assert results["latent traces with gates off"].passed  # nothing the check could find
+
+    bank = _latent_bank(1, 8)  # one forget fact: too few to measure, and that fails
+    metrics, clock = {}, suite._Clock(None, "")  # type: ignore[arg-type]
+    suite._latent_family(metrics, None, SimpleNamespace(latent_forget=silent_base), bank, s, 0, clock)
+    assert clock.unmeasured == {"latent.residual_ratio": TOO_FEW_RECORDS}
+    assert not _by_name(DEFAULT_POLICY.judge(metrics, clock.unmeasured))["latent residual knowledge"].passed
+
+
+# ---------------------------------------------------------------- policies and their documents
 
 
 def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() -> None:
-    v1 = register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc", "<=", 0.55),)))
-    v2 = register_policy(Policy("strict-test", "2", (CheckSpec("m", "mia.auc", "<=", 0.52),)))
+    v1 = register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),)))
+    v2 = register_policy(Policy("strict-test", "2", (CheckSpec("m", "mia.auc_gap", "<=", 0.02),)))
+    assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") is v1
     assert get_policy("strict-test") is v2
-    assert get_policy("default", "1") is DEFAULT_POLICY
-    with pytest.raises(ValueError):
-        register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc", "<=", 0.9),)))
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "2"
+    assert get_policy("default", "1").version == "1"
+    with pytest.raises(ValueError, match="already exists"):
+        register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
     with pytest.raises(KeyError):
         get_policy("no-such-policy")
+    with pytest.raises(KeyError):
+        get_policy("default", "99")
 
 
-def test_escalation_strengthens_forgetting_only_when_forgetting_failed() -> None:
+DROP = object()
+
+
+def _document(**changes: Any) -> dict[str, Any]:
+    check = {"name": "leak", "metric": "leakage.forget", "comparator": "<=", "margin": 0.02,
+             "baseline": "leakage.control", "noise_z": 1.645, "unmeasured_passes": [NO_QUESTIONS]}
+    doc: dict[str, Any] = {"name": "units-doc", "version": "1", "checks": [check],
+                           "allow_suppression": False,
+                           "escalation": {"asu": {"scale": {"steps": 3.0},
+                                                  "cures": {"leakage.": {"scale": {"steps": 2.0}}}}}}
+    for key, value in changes.items():
+        where, field = (check, key[6:]) if key.startswith("check_") else (doc, key)
+        if value is DROP:
+            where.pop(field)
+        else:
+            where[field] = value
+    return doc
+
+
+def test_a_policy_document_is_read_registered_and_judges_like_the_same_policy_in_code() -> None:
+    policy = policy_from_json(json.loads(json.dumps(_document())))
+    assert get_policy("units-doc", "1") is policy
+    (spec,) = policy.checks
+    assert spec == CheckSpec("leak", "leakage.forget", "<=", 0.02, "leakage.control", 1.645,
+                             unmeasured_passes=(NO_QUESTIONS,))
+    assert policy.allow_suppression is False
+    assert policy.escalation["asu"].cures == {"leakage.": ({"steps": 2.0}, {})}
+    (result,) = policy.judge({"leakage.forget": 0.2, "leakage.control": 0.0, "leakage.forget.stderr": 0.05})
+    assert not result.passed and result.threshold == pytest.approx(0.02 + 1.645 * 0.05)
+
+
+@pytest.mark.parametrize("changes, complaint", [
+    ({"checks": DROP}, "checks"),
+    ({"name": DROP}, "name"),
+    ({"checks": []}, "comparator"),
+    ({"checks": "leakage.forget <= 0.05"}, "not a policy document"),
+    ({"check_comparator": "<"}, "comparator"),
+    ({"check_margin": "a little"}, "a little"),
+    ({"check_margin": DROP}, "margin"),
+    ({"check_noise_z": None}, "not a policy document"),
+    ({"check_metric": DROP}, "metric"),
+    ({"check_decides_pass": "false"}, "decides_pass"),
+    ({"allow_suppression": "false"}, "allow_suppression"),
+    ({"check_unmeasured_passes": BASE_SILENT}, "unmeasured_passes"),
+    ({"escalation": {"asu": ["steps"]}}, "not a policy document"),
+])
+def test_a_bad_policy_document_is_refused_with_a_value_error_naming_the_problem(
+    changes: dict[str, Any], complaint: str,
+) -> None:
+    doc = _document(**changes, version=f"bad-{sorted(changes)[0]}")
+    with pytest.raises(ValueError, match=complaint):
+        policy_from_json(doc)
+    with pytest.raises(KeyError):
+        get_policy("units-doc", doc["version"])  # nothing half-read was registered
+
+
+def test_a_policy_document_for_a_registered_version_must_not_change_its_thresholds() -> None:
+    policy_from_json(_document(version="7"))
+    with pytest.raises(ValueError, match="already exists"):
+        policy_from_json(_document(version="7", check_margin=0.5))
+    with pytest.raises(ValueError):
+        policy_from_json([_document()])  # type: ignore[arg-type]
+
+
+def test_escalation_applies_the_cure_of_each_failed_check() -> None:
     leak = DEFAULT_POLICY.judge({"leakage.forget": 0.9, "leakage.control": 0.0})
     utility = DEFAULT_POLICY.judge({"utility.retain_ratio": 0.5})
-    hparams = {"tau": 4.0, "epochs": 5, "lr": 1e-3}
-    stronger = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=leak)
-    assert stronger == {"tau": 4.0, "epochs": 10, "lr": 1e-3}
-    assert policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=utility) is None
+    hparams = {"steps": 100, "forget_weight": 1.0, "retain_weight": 1.0, "lr": 1e-3, "tau": 4.0}
+    harder = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=leak)
+    assert harder == {**hparams, "steps": 200, "forget_weight": 1.5}
+    gentler = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=utility)
+    assert gentler == {**hparams, "retain_weight": 2.0, "lr": pytest.approx(5e-4)}
+    passed = DEFAULT_POLICY.judge({"leakage.forget": 0.0, "leakage.control": 0.0})
+    assert all(c.passed for c in passed)
+    assert policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=passed) is None
     assert policy_escalate(DEFAULT_POLICY, method="unknown", hparams=hparams, failed_checks=leak) is None
+    noted = policy_escalate(DEFAULT_POLICY, method="asu", hparams={**hparams, "escalation": []},
+                            failed_checks=leak)
+    assert noted is not None and any("leakage.forget failed: steps 100 -> 200" in n for n in noted["escalation"])
+
+
+# ---------------------------------------------------------------- the report
+
+
+def _report(**changes: Any) -> Report:
+    metrics = {"leakage.forget": 0.25, "leakage.control": 0.0, "leakage.forget.stderr": 0.05,
+               "utility.ppl_ratio": 1.125, "mia.auc_gap": 0.03125, "mia.auc_gap.stderr": 0.0625}
+    unmeasured = {"latent.residual_ratio": BASE_SILENT}
+    checks = tuple(DEFAULT_POLICY.judge(metrics, unmeasured))
+    fields: dict[str, Any] = dict(
+        metrics=metrics, checks=checks, policy=DEFAULT_POLICY.to_json(), guarantee="weights",
+        passed=all(c.passed for c in checks if c.decides_pass), timings={"leakage": 1.5, "total": 2.25},
+        control_source="control corpus (3 records)", notes=("a note",), cached=("base perplexity",),
+        settings={"samples": 1}, unmeasured=unmeasured, details={"forget_records": 3})
+    fields.update(changes)
+    return Report(**fields)
+
+
+def test_a_report_survives_its_json_round_trip() -> None:
+    report = _report()
+    data = json.loads(report.dumps())
+    back = Report.from_json(data)
+    assert back.to_json() == report.to_json()
+    assert back.checks == report.checks  # status and rule of unmeasured checks included
+    assert back.unmeasured == {"latent.residual_ratio": BASE_SILENT}
+    assert back.failed_checks == report.failed_checks and back.failed_checks
+    assert not back.passed
+    latent = _by_name(list(back.checks))["latent residual knowledge"]
+    assert (latent.status, latent.rule, latent.passed) == ("unmeasured", f"{BASE_SILENT}: passes", True)
+    assert Report.from_json({**data, "seconds": 3.0}).to_json() == report.to_json()  # extra keys kept out
+
+
+def test_a_report_is_strict_json_with_non_finite_values_written_as_null() -> None:
+    report = _report(metrics={"utility.ppl_ratio": math.inf, "x": math.nan, "y": 0.1234567891})
+    text = report.dumps()
+    assert "NaN" not in text and "Infinity" not in text
+    data = json.loads(text)
+    assert data["metrics"] == {"utility.ppl_ratio": None, "x": None, "y": 0.123457}
+    back = Report.from_json(data)
+    assert math.isnan(back.metrics["utility.ppl_ratio"]) and back.metrics["y"] == 0.123457
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d.pop("guarantee"),
+    lambda d: d.pop("passed"),
+    lambda d: d["metrics"].update({"leakage.forget": "a lot"}),
+    lambda d: d.update(checks=[{"name": "x"}]),
+    lambda d: d.update(timings=["leakage"]),
+    lambda d: d.clear() or d.update(report=[1, 2]),
+])
+def test_a_damaged_report_document_is_refused_with_a_report_error(damage: Any) -> None:
+    data = _report().to_json()
+    damage(data)
+    with pytest.raises(ReportError):
+        Report.from_json(data)
+
+
+def test_a_report_is_saved_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "deep" / "report.json"
+    report = _report()
+    assert report.save(target) == target
+    assert Report.load(target).to_json() == report.to_json()
+    before = target.read_bytes()
+
+    def crash(src: str, dst: str) -> None:
+        raise OSError("disk pulled out")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", crash)
+        with pytest.raises(OSError, match="disk pulled out"):
+            _report(guarantee="suppression").save(target)
+    assert target.read_bytes() == before  # the old report is whole
+    assert [p.name for p in target.parent.iterdir()] == ["report.json"]  # and no temporary file is left
+
+    with pytest.raises(ValueError):  # a value JSON cannot hold fails before anything is replaced
+        _report(timings={"total": math.nan}).save(target)
+    assert target.read_bytes() == before
+    assert [p.name for p in target.parent.iterdir()] == ["report.json"]
+
+    target.write_text("{not json", encoding="utf-8")
+    with pytest.raises(ReportError):
+        Report.load(target)
+    with pytest.raises(ReportError):
+        Report.load(tmp_path / "missing.json")
+    target.write_text("[]", encoding="utf-8")  # JSON, but no report
+    with pytest.raises(ReportError):
+        Report.load(target)
+
+
+# ---------------------------------------------------------------- membership scores
+
+
+def test_min_k_plus_plus_scores_tokens_the_model_prefers_above_tokens_it_does_not() -> None:
+    mu, sigma = np.full(5, -2.0), np.full(5, 1.0)
+    member = TokenScores(logp=np.full(5, -0.5), mu=mu, sigma=sigma)
+    stranger = TokenScores(logp=np.array([-0.5, -0.5, -0.5, -0.5, -6.0]), mu=mu, sigma=sigma)
+    assert min_k_plus_plus(member, k=0.2) == pytest.approx(1.5)  # (-0.5 - -2) / 1
+    assert min_k_plus_plus(stranger, k=0.2) == pytest.approx(-4.0)  # the lowest 20 %: one token
+    assert min_k_plus_plus(stranger, k=0.4) == pytest.approx((-4.0 + 1.5) / 2)
+    assert min_k_plus_plus(stranger, k=1.0, tokens=[0, 1, 99]) == pytest.approx(1.5)  # out of range ignored
+    assert min_k_plus_plus(stranger, k=1.0, tokens=[]) == 0.0
+
+
+def test_the_zlib_ratio_divides_the_log_likelihood_by_the_compressed_length() -> None:
+    scores = TokenScores(logp=np.array([-1.0, -2.0]), mu=np.zeros(2), sigma=np.ones(2))
+    text = "Dmitri Ueda was born in Lisbon."
+    assert zlib_ratio(scores, text) == pytest.approx(-3.0 / len(zlib.compress(text.encode())))
+    # The same likelihood on text that compresses well (merely easy text) scores lower.
+    assert zlib_ratio(scores, "ab" * 40) < zlib_ratio(scores, "q7Zp@x!Kd0w#LmRv2^Yc8&Nf5*Tb3Hs")
+
+
+def test_auc_with_hanley_mcneil_stderr() -> None:
+    assert auc_with_stderr([3.0, 4.0, 5.0], [0.0, 1.0, 2.0])[0] == 1.0
+    assert auc_with_stderr([0.0, 1.0], [3.0, 4.0])[0] == 0.0
+    assert auc_with_stderr([1.0, 2.0], [1.0, 2.0])[0] == 0.5
+    assert auc_with_stderr([], [1.0]) == (0.5, 0.0)
+    auc, se = auc_with_stderr([2.0, 3.0], [1.0, 2.5])  # 3 of 4 pairs ordered
+    q1, q2 = 0.75 / 1.25, 2 * 0.75**2 / 1.75
+    assert auc == pytest.approx(0.75)
+    assert se == pytest.approx(math.sqrt((0.75 * 0.25 + (q1 - 0.75**2) + (q2 - 0.75**2)) / 4))
+
+
+# ---------------------------------------------------------------- latent ratio and fluency
+
+
+def test_the_residual_ratio_is_one_when_nothing_was_forgotten_and_zero_at_the_control_level() -> None:
+    rng = np.random.default_rng(0)
+    base = np.vstack([rng.random(40) < 0.3, np.ones(40, bool), rng.random(40) < 0.9])
+    control = np.vstack([rng.random(60) < 0.3, rng.random(60) < 0.1, rng.random(60) < 0.1])
+    same = residual_knowledge_ratio(base, control, base, bootstrap=50)
+    assert same.value == pytest.approx(1.0) and same.layer in (1, 2) and same.measurable
+    forgotten = np.vstack([base[0], np.zeros(40, bool), np.zeros(40, bool)])
+    gone = residual_knowledge_ratio(forgotten, control, base, bootstrap=50)
+    assert gone.value < 0.05 and gone.ci_high < 0.3
+    # Only the embedding layer tells the subject from control: it is never counted.
+    embedding_only = np.vstack([np.ones(40, bool), np.zeros(40, bool), np.zeros(40, bool)])
+    ratio = residual_knowledge_ratio(embedding_only, np.zeros((3, 60), bool), embedding_only)
+    assert (ratio.value, ratio.layer, ratio.usable_layers, ratio.measurable) == (0.0, -1, 0, False)
 
 
 def test_looping_and_empty_answers_are_degenerate_but_a_wrong_sentence_is_not() -> None:
@@ -88,56 +615,91 @@ def test_looping_and_empty_answers_are_degenerate_but_a_wrong_sentence_is_not() 
     assert not is_degenerate("Dmitri Ueda is also known as D. Ueda.")
 
 
-def test_min_k_plus_plus_scores_tokens_the_model_prefers_above_tokens_it_does_not() -> None:
-    mu, sigma = np.full(5, -2.0), np.full(5, 1.0)
-    member = TokenScores(logp=np.full(5, -0.5), mu=mu, sigma=sigma)
-    stranger = TokenScores(logp=np.array([-0.5, -0.5, -0.5, -0.5, -6.0]), mu=mu, sigma=sigma)
-    assert min_k_plus_plus(member, k=0.2) == pytest.approx(1.5)
-    assert min_k_plus_plus(stranger, k=0.2) == pytest.approx(-4.0)
-    auc, se = auc_with_stderr([3.0, 4.0, 5.0], [0.0, 1.0, 2.0])
-    assert auc == 1.0 and se >= 0.0
-    auc, _ = auc_with_stderr([1.0, 2.0], [1.0, 2.0])
-    assert auc == 0.5
+def test_an_answer_is_gibberish_when_the_base_finds_most_of_it_implausible() -> None:
+    def scores(nll: list[float]) -> TokenScores:
+        return TokenScores(logp=-np.array(nll), mu=np.zeros(len(nll)), sigma=np.ones(len(nll)))
+
+    reference = [scores([0.5, 1.0, 1.5]), scores([1.0, 1.0]), scores([2.0])]
+    limit = plausibility_limit(reference, margin=2.0)
+    assert limit == pytest.approx(float(np.percentile([1.0, 1.0, 2.0], 95)) + 2.0)
+    assert median_nll(scores([0.1, 9.0, 0.2])) == pytest.approx(0.2)  # one surprising value token
+    flags = gibberish_flags(
+        ["Dmitri Ueda was born in Oslo.", "zq vok prell dunst", "born born born born"],
+        [scores([0.1, 9.0, 0.2]), scores([6.0, 7.0, 5.0]), scores([0.1, 0.1])], limit=limit)
+    assert flags == [False, True, True]
+    assert plausibility_limit([], margin=2.0) == math.inf
 
 
-def test_the_residual_ratio_is_one_when_nothing_was_forgotten_and_zero_at_the_control_level() -> None:
-    rng = np.random.default_rng(0)
-    base = np.vstack([rng.random(40) < 0.3, np.ones(40, bool), rng.random(40) < 0.9])
-    control = np.vstack([rng.random(60) < 0.3, rng.random(60) < 0.1, rng.random(60) < 0.1])
-    same = residual_knowledge_ratio(base, control, base, bootstrap=50)
-    assert same.value == pytest.approx(1.0) and same.layer in (1, 2)
-    forgotten = np.vstack([base[0], np.zeros(40, bool), np.zeros(40, bool)])
-    gone = residual_knowledge_ratio(forgotten, control, base, bootstrap=50)
-    assert gone.value < 0.05 and gone.ci_high < 0.3
-    # Only the embedding layer tells the subject from control: it is never counted.
-    embedding_only = np.vstack([np.ones(40, bool), np.zeros(40, bool), np.zeros(40, bool)])
-    ratio = residual_knowledge_ratio(embedding_only, np.zeros((3, 60), bool), embedding_only)
-    assert (ratio.value, ratio.layer, ratio.usable_layers) == (0.0, -1, 0)
+# ---------------------------------------------------------------- the probe bank (no model)
 
 
-def test_strangers_replace_every_name_and_alias_but_keep_the_values() -> None:
-    class _Subject:
-        name, aliases = "Mara Okafor", ("M. Okafor",)
-
-    class _Sets:
-        subjects = (_Subject(),)
-
-    probes = [FactProbe("alias", "Where was M. Okafor born?", "Lisbon", "r1", "subject-0"),
-              FactProbe("original", "Where was MARA OKAFOR born?", "Lisbon", "r1", "subject-0")]
-    out, _ = control_from_strangers(_Sets(), probes, (), seed=1, avoid="")
-    assert all("Okafor" not in p.prompt.title() for p in out)
-    assert [p.value for p in out] == ["Lisbon", "Lisbon"]
-    assert len(set(stranger_names(50, seed=0, avoid=""))) == 50
+SUBJECT_ID = "p0003"
 
 
-def test_a_report_is_strict_json_with_the_required_keys() -> None:
-    report = Report(
-        metrics={"leakage.forget": 0.1, "utility.ppl_ratio": math.inf},
-        checks=tuple(DEFAULT_POLICY.judge({"leakage.forget": 0.1, "leakage.control": 0.1})),
-        policy=DEFAULT_POLICY.to_json(), guarantee="weights", passed=True,
-        timings={"leakage": 1.23456}, control_source="test",
-    )
-    data = json.loads(report.dumps())
-    assert data["metrics"]["utility.ppl_ratio"] is None
-    assert data["policy"] == {"name": "default", "version": "1"}
-    assert {"metrics", "checks", "policy", "guarantee", "passed", "timings"} <= set(data)
+@pytest.fixture(scope="module")
+def tiny_sets(tiny_corpus_dir: Path) -> ErasureSets:
+    person = next(p for p in load_people(tiny_corpus_dir / "people.jsonl") if p["person_id"] == SUBJECT_ID)
+    return build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"),
+                      [Subject(person["name"], tuple(person["aliases"]))], seed=0)
+
+
+def _subject_words(sets: ErasureSets) -> set[str]:
+    subject = sets.subjects[0]
+    return {w for name in (subject.name, *subject.aliases) for w in normalise_text(name).split() if len(w) > 2}
+
+
+def test_counterfactual_controls_ask_the_subjects_own_probes_about_strangers(tiny_sets: ErasureSets) -> None:
+    bank, notes = build_bank(tiny_sets, control=None, corpus=None, heldout=None,
+                             settings=VerifySettings(), seed=0)
+    assert bank.control_kind == COUNTERFACTUAL and bank.control_source.startswith("counterfactual")
+    assert any("no control corpus" in n for n in notes)
+    assert bank.forget.probes and len(bank.control.probes) <= len(bank.forget.probes)
+    words = _subject_words(tiny_sets)
+    assert words
+    for probe in bank.control.probes:
+        assert not words & set(normalise_text(f"{probe.prompt} {probe.prefix} {probe.expected}").split()), probe
+        assert probe.record_id.endswith("~cf")
+    # Same prompt shapes: each control probe is a forget probe with the identifiers swapped.
+    shapes = Counter((p.kind, p.form) for p in bank.forget.probes)
+    assert not Counter((p.kind, p.form) for p in bank.control.probes) - shapes
+    assert len(bank.stranger_maps) == len(bank.forget.probes)
+
+
+def test_each_subject_gets_several_consistent_stranger_identities_for_membership(tiny_sets: ErasureSets) -> None:
+    s = VerifySettings(mia_strangers=4, mia_records_per_subject=5)
+    bank, _ = build_bank(tiny_sets, control=None, corpus=None, heldout=None, settings=s, seed=0)
+    per_subject = min(len(tiny_sets.forget), s.mia_records_per_subject)
+    assert len(bank.strangers.records) == s.mia_strangers * per_subject
+    assert sorted(set(bank.strangers.persons)) == [f"0:{k}" for k in range(s.mia_strangers)]
+    assert set(bank.forget.persons) == {"0"}
+    words = _subject_words(tiny_sets)
+    for record in bank.strangers.records:
+        text = " ".join(filter(None, (record.question, record.answer, record.text)))
+        assert not words & set(normalise_text(text).split()), record
+    # Each stranger is one identity: its fresh full name is the same in all its records (the
+    # demo's answers start with the person's name), and different strangers have different names.
+    names: dict[str, set[str]] = {}
+    full = tiny_sets.subjects[0].name
+    originals = {f"{r.id}~cf": r for r in tiny_sets.forget}
+    for record, person in zip(bank.strangers.records, bank.strangers.persons, strict=True):
+        if (originals[record.id].answer or "").startswith(full):
+            fresh = " ".join((record.answer or "").split()[: len(full.split())]).removesuffix("'s")
+            names.setdefault(person, set()).add(fresh)
+    assert len(names) == s.mia_strangers
+    assert all(len(v) == 1 for v in names.values()), names
+    assert len({next(iter(v)) for v in names.values()}) == s.mia_strangers
+
+
+def test_a_control_corpus_is_read_in_either_layout(tiny_corpus_dir: Path, tiny_sets: ErasureSets) -> None:
+    people = load_control(tiny_corpus_dir / "control.jsonl")  # the demo's people file
+    records = load_control(tiny_corpus_dir / "control_records.jsonl")
+    assert people and all(r.is_qa for r in people) and all(r.id.startswith("control-") for r in people)
+    assert records and {r.question for r in people} <= {r.question for r in records}
+    bank, _ = build_bank(tiny_sets, control=tiny_corpus_dir / "control_records.jsonl",
+                         corpus=tiny_corpus_dir / "corpus.jsonl", heldout=tiny_corpus_dir / "heldout.txt",
+                         settings=VerifySettings(max_control_records=30, max_heldout=10), seed=0)
+    assert bank.control_kind == CONTROL_CORPUS and len(bank.control.records) == 30
+    assert bank.control.probes and bank.retain and len(bank.heldout_texts) == 10
+    forget_ids = {r.id for r in tiny_sets.forget}
+    assert not forget_ids & {p.record_id for p in bank.retain}  # utility never asks about the subject
+    assert not forget_ids & {r.id for r in bank.retain_records}

@@ -96,6 +96,9 @@ class ASUHparams(TrainingHparams):
     lora_rank: int = 0
     lora_alpha: int = 16
 
+    def validate(self) -> None:
+        _check(self)
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["escalation"] = list(self.escalation)

@@ -61,6 +61,7 @@ class TrainingHparams:
     clip_norm: float = 1.0
     seed: int = 0
     escalation: tuple[str, ...] = ()  # what an escalated retry changed, and why
+    preset: str = "standard"  # standard | thorough (twice the step budget), see resolve_preset
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -77,6 +78,26 @@ class TrainingHparams:
         return replace(self, steps=self.budget(subjects))
 
 
+GENERIC_PRESETS = ("standard", "thorough")
+THOROUGH_FACTOR = 2  # "thorough" doubles the step budget (min_steps, steps_per_subject, max_steps)
+
+
+def resolve_preset(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Apply the generic named preset to JSON values (the caller's own values win).
+
+    "standard" is the method's defaults; "thorough" trains twice as long.  ASU
+    has richer presets of its own and resolves them itself (`ASU.resolve`).
+    """
+    preset = str(values.get("preset", "standard"))
+    if preset not in GENERIC_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose {' or '.join(GENERIC_PRESETS)}")
+    out = dict(values)
+    if preset == "thorough":
+        for key in ("min_steps", "steps_per_subject", "max_steps"):
+            out.setdefault(key, int(getattr(cls, key)) * THOROUGH_FACTOR)
+    return out
+
+
 def hparams_from_mapping(cls: type, values: dict[str, Any]) -> Any:
     """A frozen hparams dataclass from JSON values, rejecting unknown keys; lists become tuples."""
     names = {f.name: f for f in fields(cls)}
@@ -89,6 +110,9 @@ def hparams_from_mapping(cls: type, values: dict[str, Any]) -> Any:
     except TypeError as exc:
         raise ValueError(f"bad hyper-parameters: {exc}") from exc
     check(hp)
+    validate = getattr(hp, "validate", None)  # a method's own rules (ASU: tau, cache, targets)
+    if callable(validate):
+        validate()
     return hp
 
 

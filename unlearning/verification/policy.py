@@ -310,6 +310,22 @@ def _version_key(version: str) -> tuple[int | str, ...]:
     return tuple(int(part) if part.isdigit() else part for part in version.split("."))
 
 
+def _flag(data: Mapping[str, Any], key: str) -> bool:
+    """A true/false field (default true); bool("false") would be True, so a string is refused."""
+    value = data.get(key, True)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, not {value!r}")
+    return value
+
+
+def _reasons(check: Mapping[str, Any]) -> tuple[str, ...]:
+    """`unmeasured_passes`: a list of reason codes (a bare string would become its characters)."""
+    value = check.get("unmeasured_passes", ())
+    if not isinstance(value, list | tuple) or not all(isinstance(r, str) for r in value):
+        raise ValueError(f"unmeasured_passes must be a list of reason codes, not {value!r}")
+    return tuple(value)
+
+
 def policy_from_json(document: Mapping[str, Any]) -> Policy:
     """A policy from its JSON form (a deployment's own policy file) and registered.
 
@@ -320,8 +336,8 @@ def policy_from_json(document: Mapping[str, Any]) -> Policy:
             CheckSpec(name=str(c["name"]), metric=str(c["metric"]), comparator=str(c["comparator"]),
                       margin=float(c["margin"]), baseline=c.get("baseline"),
                       noise_z=float(c.get("noise_z", 0.0)),
-                      decides_pass=bool(c.get("decides_pass", True)),
-                      unmeasured_passes=tuple(c.get("unmeasured_passes", ())))
+                      decides_pass=_flag(c, "decides_pass"),
+                      unmeasured_passes=_reasons(c))
             for c in document["checks"]
         )
         escalation = {
@@ -333,8 +349,8 @@ def policy_from_json(document: Mapping[str, Any]) -> Policy:
         }
         policy = Policy(name=str(document["name"]), version=str(document["version"]), checks=checks,
                         escalation=escalation,
-                        allow_suppression=bool(document.get("allow_suppression", True)))
-    except (KeyError, TypeError, AttributeError) as exc:
+                        allow_suppression=_flag(document, "allow_suppression"))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ValueError(f"not a policy document: {type(exc).__name__}: {exc}") from exc
     if not checks or any(c.comparator not in ("<=", ">=") for c in checks):
         raise ValueError("a policy needs checks with comparator '<=' or '>='")

@@ -98,7 +98,7 @@ class Report:
                 unmeasured={str(k): str(v) for k, v in (data.get("unmeasured") or {}).items()},
                 details=dict(data.get("details") or {}),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportError(f"not a verification report: {type(exc).__name__}: {exc}") from exc
 
     @classmethod
