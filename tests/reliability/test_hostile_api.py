@@ -25,16 +25,18 @@ from deletion.web.models import api_token_create
 from tests.web import conftest as web
 
 # The web tests' fixtures (Django on the session's PostgreSQL database), used by name.
-django_db_setup, _db_access, make_user = web.django_db_setup, web._db_access, web.make_user
+django_db_setup, _db_access, make_user, client_as = web.django_db_setup, web._db_access, web.make_user, web.client_as
 model_name = web.model_name
 
 EXAMPLES_PER_OPERATION = 40  # per generation mode
 
 
-@pytest.fixture(scope="module")
-def api_schema() -> Any:
-    document = Client().get("/api/v1/openapi.json").json()
-    return schemathesis.openapi.from_dict(document)
+@pytest.fixture
+def api_schema(client_as: Any) -> Any:
+    # The document is for signed-in users (it is refused anonymously, see test_access).
+    response = client_as("auditor").get("/api/v1/openapi.json")
+    assert response.status_code == 200
+    return schemathesis.openapi.from_dict(response.json())
 
 
 def _send(client: Client, case: Any) -> Any:

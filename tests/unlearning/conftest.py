@@ -4,7 +4,7 @@
 - `tiny_base_model_dir`: the `tiny` preset trained on it once per session
   (about 20 s on one core; memorises the training facts).
 - `tiny_arch_model_dir(arch)`: a factory for tiny RANDOM models of another
-  architecture (`llama`, `mistral`, `qwen2`, `gpt2`) with the same tokenizer
+  architecture (`llama`, `mistral`, `qwen2`, `gpt2`, `gpt_neox`, `opt`) with the same tokenizer
   and chat template, built from a config, saved once per session per arch.
 """
 
@@ -49,7 +49,7 @@ def tiny_base_model_dir(tiny_base_training: TrainResult) -> Path:
 
 
 def _arch_config(arch: str, tokenizer: object) -> object:
-    from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import GPT2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
 
     ids = {
         "bos_token_id": tokenizer.bos_token_id,  # type: ignore[attr-defined]
@@ -68,6 +68,12 @@ def _arch_config(arch: str, tokenizer: object) -> object:
         return Qwen2Config(**common)
     if arch == "gpt2":
         return GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=128, **ids)
+    if arch == "gpt_neox":  # rotary on part of each head, parallel attention and MLP
+        return GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             max_position_embeddings=128, rotary_pct=0.5, **ids)
+    if arch == "opt":  # learnt positions, post-projection embeddings
+        return OPTConfig(hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
+                         word_embed_proj_dim=64, max_position_embeddings=128, **ids)
     raise ValueError(f"unknown test architecture {arch!r}")
 
 

@@ -35,7 +35,7 @@ def _logits(model, tokenizer) -> torch.Tensor:
         return model(input_ids=ids).logits
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt"])
 @pytest.mark.parametrize("name", ["asu", "kif", "gradascent", "graddiff", "npo", "idk"])
 def test_one_step_of_every_method_runs_and_the_checkpoint_reloads_identically(
     tiny_corpus_dir, tiny_arch_model_dir, tmp_path, arch, name

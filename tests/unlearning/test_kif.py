@@ -78,7 +78,8 @@ def test_a_fresh_lora_changes_nothing_and_acts_only_where_its_switch_is_on():
     assert float(delta[1].abs().max()) < 1e-3
 
 
-@pytest.mark.parametrize("arch,rank", [("llama", 4), ("mistral", 4), ("qwen2", 4), ("llama", 0)])
+@pytest.mark.parametrize("arch,rank", [("llama", 4), ("mistral", 4), ("qwen2", 4), ("llama", 0),
+                                       ("gpt2", 4), ("gpt_neox", 4), ("opt", 0)])
 def test_a_kif_checkpoint_loads_its_gates_through_plain_from_pretrained_and_gates_off_is_the_base(
     tiny_corpus_dir, tiny_arch_model_dir, tmp_path, arch, rank
 ):
@@ -118,3 +119,28 @@ def test_kif_refuses_when_no_layer_separates_the_subject(tiny_corpus_dir, tiny_a
     data = method_input(_sets(tiny_corpus_dir))
     with pytest.raises(ValueError, match="Cohen's d"):
         KIF().unlearn(model, tokenizer, data, KIFHparams(min_effect=1e9, bootstrap=20))
+
+
+@pytest.mark.slow
+def test_kif_makes_the_tiny_model_forget_one_person_and_keep_the_others(tiny_corpus_dir, tiny_base_model_dir):
+    from unlearning.erase import resolve_hparams
+    from unlearning.modeling import generate_answers
+
+    people = [json.loads(line) for line in (tiny_corpus_dir / "people.jsonl").read_text().splitlines()]
+    controls = [json.loads(line) for line in (tiny_corpus_dir / "control.jsonl").read_text().splitlines()]
+    subject, others = people[2], people[3:]
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+
+    def accuracy(m, person_list) -> float:
+        facts = [f for p in person_list for f in p["facts"]]
+        answers = generate_answers(m, tokenizer, [f["question"] for f in facts], max_new_tokens=24)
+        return sum(f["value"] in a for f, a in zip(facts, answers, strict=True)) / len(facts)
+
+    before_forget, before_retain, chance = accuracy(model, [subject]), accuracy(model, others), accuracy(model, controls)
+    assert before_forget >= 0.8
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [Subject(subject["name"], tuple(subject["aliases"]))])
+    tokenizer.padding_side = "right"
+    outcome = KIF().unlearn(model, tokenizer, method_input(sets), resolve_hparams("kif", None, model, subjects=1))
+    tokenizer.padding_side = "left"
+    assert accuracy(outcome.model, [subject]) <= chance + 0.2
+    assert accuracy(outcome.model, others) >= 0.95 * before_retain

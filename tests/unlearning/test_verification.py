@@ -1,18 +1,19 @@
-"""The verification suite tells models apart on the tiny preset.
+"""The verification suite on real models: the tiny demo base, and a model retrained without the subject.
 
-Four models, built once per session: the base (it knows the subject), a model
-retrained from scratch on the corpus minus the subject's records (the gold
-standard), a model wrecked by long gradient ascent, and a KIF checkpoint
-(suppression gates over unchanged base weights).
+The base memorised the subject (nothing was erased), so it must fail; a model
+trained from scratch on the corpus minus the subject's records (the gold
+standard of erasure) must pass every forgetting check.  Both are verified with
+the full suite (attacks included) against the demo's control corpus, with
+sample sizes a little under the defaults; a third run uses counterfactual
+controls.  The base evidence is computed once and then taken from the cache.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -20,146 +21,164 @@ import torch
 from unlearning.corpus import load_corpus, write_jsonl
 from unlearning.demo.corpus import load_people
 from unlearning.demo.train_base import train_base
-from unlearning.erase import erase
 from unlearning.progress import Progress
 from unlearning.sets import ErasureSets, Subject, build_sets
 from unlearning.verification import (
+    DEFAULT_POLICY,
     REQUIRED_METRICS,
+    CheckResult,
     CheckSpec,
     Policy,
     Report,
     VerifySettings,
+    clear_cache,
     register_policy,
     verify,
 )
+from unlearning.verification.attacks.relearn import RelearnSettings
+from unlearning.verification.bank import CONTROL_CORPUS, COUNTERFACTUAL
+from unlearning.verification.policy import NOT_COMPUTED
 
 pytestmark = pytest.mark.slow
 
 SUBJECT_ID = "p0003"
-# Smaller samples than the default keep the file fast; the tiny corpus has few people anyway.
-SETTINGS = VerifySettings(max_control_facts=40, bootstrap=100, max_retain_eval=100)
+# A little under the defaults (control records, retained probes, lens positions, bootstrap,
+# relearning budgets); membership keeps its default ten strangers, which its null needs.
+SETTINGS = VerifySettings(max_control_records=60, max_retain_eval=100, lens_positions=1500,
+                          bootstrap=100, relearn=RelearnSettings(budgets=(4, 12)))
+FAMILIES = ("leakage", "latent", "mia", "utility", "fluency", "attack.relearn", "attack.quant",
+            "attack.quant4", "attack.pressure")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def subject_sets(tiny_corpus_dir: Path) -> ErasureSets:
     person = next(p for p in load_people(tiny_corpus_dir / "people.jsonl") if p["person_id"] == SUBJECT_ID)
     corpus = load_corpus(tiny_corpus_dir / "corpus.jsonl")
     return build_sets(corpus, [Subject(person["name"], tuple(person["aliases"]))], seed=0)
 
 
-@pytest.fixture(scope="session")
-def retrained_dir(tiny_corpus_dir: Path, subject_sets: ErasureSets, tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module")
+def run_verify(tiny_corpus_dir: Path, tiny_base_model_dir: Path,
+               subject_sets: ErasureSets) -> Callable[[Path], Report]:
+    def run(candidate: Path) -> Report:
+        return verify(candidate, tiny_base_model_dir, subject_sets,
+                      control=tiny_corpus_dir / "control_records.jsonl",
+                      corpus=tiny_corpus_dir / "corpus.jsonl", heldout=tiny_corpus_dir / "heldout.txt",
+                      settings=SETTINGS, device="cpu")
+    return run
+
+
+@pytest.fixture(scope="module")
+def base_report(run_verify: Callable[[Path], Report], tiny_base_model_dir: Path) -> Report:
+    clear_cache()  # the first verification computes the base evidence itself
+    return run_verify(tiny_base_model_dir)
+
+
+@pytest.fixture(scope="module")
+def retrained_dir(tiny_corpus_dir: Path, subject_sets: ErasureSets,
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus = load_corpus(tiny_corpus_dir / "corpus.jsonl")
     without = write_jsonl(corpus.without(r.id for r in subject_sets.forget).records,
                           tmp_path_factory.mktemp("without") / "corpus.jsonl")
     threads = torch.get_num_threads()
     try:
-        return train_base(without, tmp_path_factory.mktemp("retrained"), preset="tiny", seed=0, threads=1).out_dir
+        return train_base(without, tmp_path_factory.mktemp("retrained"), preset="tiny", seed=0,
+                          threads=1).out_dir
     finally:
         torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="session")
-def wrecked_dir(tiny_base_model_dir: Path, subject_sets: ErasureSets, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wrecked")
-    erase(tiny_base_model_dir, subject_sets, method="gradascent", out_dir=out,
-          hparams={"lr": 1e-2, "epochs": 40}, device="cpu")
-    return out
+@pytest.fixture(scope="module")
+def retrained_report(run_verify: Callable[[Path], Report], base_report: Report, retrained_dir: Path) -> Report:
+    return run_verify(retrained_dir)  # after the base's: its base evidence comes from the cache
 
 
-@pytest.fixture(scope="session")
-def kif_dir(tiny_base_model_dir: Path, subject_sets: ErasureSets, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("kif")
-    erase(tiny_base_model_dir, subject_sets, method="kif", out_dir=out, device="cpu")
-    return out
+def _checks(report: Report, metric: str) -> list[CheckResult]:
+    found = [c for c in report.checks if c.metric == metric]
+    assert found, f"no check on {metric}"
+    return found
 
 
-@pytest.fixture(scope="session")
-def verified(
-    tiny_corpus_dir: Path, tiny_base_model_dir: Path, subject_sets: ErasureSets,
-) -> Callable[..., Report]:
-    reports: dict[tuple[Path, bool], Report] = {}
-
-    def run(candidate: Path, *, attacks: bool = True) -> Report:
-        if (candidate, attacks) not in reports:
-            reports[(candidate, attacks)] = verify(
-                candidate, tiny_base_model_dir, subject_sets,
-                control=tiny_corpus_dir / "control.jsonl", corpus=tiny_corpus_dir / "corpus.jsonl",
-                settings=replace(SETTINGS, attacks=attacks), device="cpu",
-            )
-        return reports[(candidate, attacks)]
-
-    return run
-
-
-def _check(report: Report, metric: str) -> Any:
-    return next(c for c in report.checks if c.metric == metric)
-
-
-def test_the_base_model_fails_because_it_leaks(verified: Callable[..., Report], tiny_base_model_dir: Path) -> None:
-    report = verified(tiny_base_model_dir)
-    assert not report.passed
-    assert not _check(report, "leakage.forget").passed
-    assert not _check(report, "latent.residual_ratio").passed
-    assert report.metrics["leakage.forget.original"] >= 0.9
-    assert report.metrics["leakage.forget"] > report.metrics["leakage.control"] + 0.2
-    assert report.guarantee == "weights"
+def test_the_base_model_fails_verification_for_a_subject_it_memorised(base_report: Report) -> None:
+    m = base_report.metrics
+    assert not base_report.passed and base_report.guarantee == "weights"
+    # It says the subject's facts when asked the training questions, and far more often
+    # than it says a control person's.
+    assert m["leakage.forget.original"] >= 0.9
+    assert m["leakage.forget"] > m["leakage.control"] + 0.2
+    failed = {c.metric for c in base_report.failed_checks}
+    assert {"leakage.forget", "leakage.forget_sampled", "latent.residual_ratio", "mia.auc_gap",
+            "attack.relearn_recovery", "attack.quant_leakage", "attack.quant4_leakage"} <= failed
+    # Upper bounds fail; the "not below strangers" bounds hold (it knows more, not less).
+    upper, lower = _checks(base_report, "leakage.forget")
+    assert (upper.comparator, upper.passed, lower.comparator, lower.passed) == ("<=", False, ">=", True)
+    assert m["mia.auc"] > 0.5 + 2 * m["mia.auc.stderr"]  # members look more familiar than strangers
+    # The candidate is the base: what was measured on it equals the cached base evidence.
+    assert m["leakage.forget"] == m["leakage.base_forget"]
+    assert m["latent.residual_ratio"] == pytest.approx(1.0)
+    assert m["mia.auc"] == m["mia.base_auc"]
+    assert m["utility.base_retain_accuracy"] > 0.5  # so a ratio of 1 is not 0 / 0
+    assert m["utility.retain_ratio"] == 1.0 and m["utility.ppl_ratio"] == 1.0
 
 
-def test_a_model_retrained_without_the_subject_passes_leakage_and_latent_checks(
-    verified: Callable[..., Report], retrained_dir: Path,
-) -> None:
-    report = verified(retrained_dir)
-    for metric in ("leakage.forget", "leakage.forget_sampled", "latent.residual_ratio",
-                   "fluency.gibberish_rate", "attack.relearn_recovery", "attack.quant_leakage"):
-        assert _check(report, metric).passed, (metric, report.to_json()["metrics"])
-    assert report.metrics["leakage.forget.original"] <= 0.2
-
-
-def test_a_model_wrecked_by_long_gradient_ascent_fails_fluency_and_utility(
-    verified: Callable[..., Report], wrecked_dir: Path,
-) -> None:
-    report = verified(wrecked_dir, attacks=False)  # attacks are beside the point here
-    assert not report.passed
-    assert not _check(report, "fluency.degenerate_rate").passed
-    assert not _check(report, "utility.retain_ratio").passed
-    assert not _check(report, "utility.ppl_ratio").passed
-
-
-def test_a_kif_checkpoint_whose_facts_return_with_gates_off_is_classed_suppression(
-    verified: Callable[..., Report], kif_dir: Path,
-) -> None:
-    report = verified(kif_dir, attacks=False)
-    assert report.guarantee == "suppression"
-    assert report.metrics["gates_off.leakage.forget"] > report.metrics["gates_off.leakage.control"] + 0.2
-    assert report.metrics["gates_off.leakage.forget"] > report.metrics["leakage.forget"]
-    assert {"gates_off.leakage", "gates_off.latent", "gates_off.mia"} <= set(report.timings)
-
-
-def test_the_report_has_every_required_metric_and_is_strict_json(
-    verified: Callable[..., Report], retrained_dir: Path, tmp_path: Path,
-) -> None:
-    report = verified(retrained_dir)
-    data = json.loads(report.save(tmp_path / "report.json").read_text())
+def test_a_full_run_measures_every_check_with_finite_values(base_report: Report, tmp_path: Path) -> None:
+    assert base_report.unmeasured == {}
     for key in REQUIRED_METRICS:
-        assert isinstance(data["metrics"][key], float), key
-    assert data["policy"] == {"name": "default", "version": "1"}
-    assert data["passed"] is all(c["passed"] for c in data["checks"] if c["decides_pass"])
-    assert {"leakage", "latent", "utility", "fluency", "mia", "attack.relearn", "attack.quant",
-            "attack.pressure", "total"} <= set(data["timings"])
-    assert "control people file" in data["control_source"]
+        assert math.isfinite(base_report.metrics[key]), key
+    assert all(math.isfinite(v) for v in base_report.metrics.values()), base_report.metrics
+    assert not any(c.metric.startswith("gates_off.") for c in base_report.checks)  # no gates to switch
+    assert [c.name for c in base_report.checks] == [
+        c.name for c in DEFAULT_POLICY.checks if not c.metric.startswith("gates_off.")]
+    for check in base_report.checks:
+        assert check.status == "measured" and check.rule is None, check
+        assert check.value is not None and math.isfinite(check.value), check
+        assert check.threshold is not None and math.isfinite(check.threshold), check
+    assert base_report.passed is all(c.passed for c in base_report.checks if c.decides_pass)
+    assert base_report.policy == {"name": "default", "version": "2"}
+    assert base_report.settings == asdict(SETTINGS)
+    assert base_report.details["control_kind"] == CONTROL_CORPUS
+    assert base_report.details["forget_records"] > 0 and base_report.details["control_records"] == 60
+    assert base_report.control_source.startswith("control corpus")
+    assert {"base", "load", "total", *FAMILIES} <= set(base_report.timings) and not base_report.cached
+    assert Report.load(base_report.save(tmp_path / "report.json")).to_json() == base_report.to_json()
 
 
-def test_a_second_verification_against_the_same_base_reuses_the_cached_base_results(
-    verified: Callable[..., Report], tiny_base_model_dir: Path, retrained_dir: Path,
+def test_a_model_retrained_without_the_subject_passes_the_forgetting_checks(
+    retrained_report: Report, base_report: Report,
 ) -> None:
-    verified(tiny_base_model_dir)
-    second = verified(retrained_dir)
-    assert second.cached and any(name.startswith("base (cached)") for name in second.timings)
-    assert second.metrics["leakage.base_forget"] == verified(tiny_base_model_dir).metrics["leakage.forget"]
+    m = retrained_report.metrics
+    assert retrained_report.unmeasured == {}
+    assert m["leakage.forget"] < base_report.metrics["leakage.forget"] - 0.3
+    for metric in ("leakage.forget", "leakage.forget_sampled", "latent.residual_ratio", "mia.auc_gap",
+                   "mia.span_auc_gap", "attack.relearn_recovery", "attack.quant_leakage",
+                   "attack.quant4_leakage", "attack.pressure_leakage", "utility.retain_ratio",
+                   "utility.ppl_ratio", "fluency.gibberish_rate", "fluency.degenerate_rate"):
+        for check in _checks(retrained_report, metric):
+            assert check.passed and check.status == "measured", (check, m)
 
 
-def test_without_a_control_file_control_probes_ask_about_generated_strangers(
+@pytest.mark.xfail(strict=True, reason=(
+    "engine finding: on the 24-person corpus the stranger identities membership compares with get "
+    "pseudo-word names (fewer than 8 recurring name parts), which score low under any model, so the "
+    "zlib-ratio membership AUC of a model that never saw the subject is about 0.9, not 0.5"))
+def test_a_model_retrained_without_the_subject_passes_verification(retrained_report: Report) -> None:
+    assert retrained_report.passed, [(c.name, c.value, c.threshold) for c in retrained_report.failed_checks]
+
+
+def test_a_second_verification_against_the_same_base_takes_the_base_evidence_from_the_cache(
+    retrained_report: Report, base_report: Report,
+) -> None:
+    assert retrained_report.cached and "base (cached)" in retrained_report.timings
+    assert "base" not in retrained_report.timings
+    # What the cache holds is what measuring the base as a candidate gave.
+    for cached_key, measured_key in (("leakage.base_forget", "leakage.forget"), ("mia.base_auc", "mia.auc"),
+                                     ("mia.base_zlib_auc", "mia.zlib_auc"),
+                                     ("utility.base_retain_accuracy", "utility.retain_accuracy"),
+                                     ("utility.base_ppl", "utility.ppl")):
+        assert retrained_report.metrics[cached_key] == base_report.metrics[measured_key], cached_key
+
+
+def test_without_a_control_corpus_the_controls_are_counterfactual_strangers(
     tiny_base_model_dir: Path, subject_sets: ErasureSets,
 ) -> None:
     seen: list[Progress] = []
@@ -167,9 +186,16 @@ def test_without_a_control_file_control_probes_ask_about_generated_strangers(
         CheckSpec("leak", "leakage.forget", "<=", 0.05, "leakage.control", 1.645),)))
     report = verify(tiny_base_model_dir, tiny_base_model_dir, subject_sets, policy=policy,
                     settings=replace(SETTINGS, attacks=False), progress=seen.append, device="cpu")
-    assert "generated strangers" in report.control_source
+    assert report.control_source.startswith("counterfactual")
+    assert report.details["control_kind"] == COUNTERFACTUAL
     assert report.policy == {"name": "leak-only-test", "version": "3"}
     assert [c.metric for c in report.checks] == ["leakage.forget"]
-    assert not report.passed  # the base still leaks against strangers
-    assert report.metrics["leakage.control"] < 0.1
-    assert seen and seen[-1].step == seen[-1].total and seen[-1].stage == "verify"
+    assert not report.passed  # the base still leaks, against strangers asked the same questions
+    assert report.metrics["leakage.forget"] > report.metrics["leakage.control"] + 0.2
+    # The same probes, names swapped: as many control probes as forget probes survive.
+    assert report.metrics["leakage.n_control_probes"] <= report.metrics["leakage.n_forget_probes"]
+    assert {k: v for k, v in report.unmeasured.items() if k.startswith("attack.")} == {
+        k: NOT_COMPUTED for k in ("attack.relearn_recovery", "attack.quant_leakage",
+                                  "attack.quant4_leakage", "attack.pressure_leakage")}
+    assert seen and seen[-1].stage == "verify" and seen[-1].step == seen[-1].total
+    assert [p.step for p in seen] == sorted(p.step for p in seen)

@@ -115,12 +115,15 @@ def load_control(path: str | Path) -> tuple[Record, ...]:
     read too: each fact becomes a question/answer record.
     """
     try:
-        return tuple(iter_records(path))
+        records = tuple(iter_records(path))
     except CorpusError as first:
         people = _people_records(Path(path))
         if people is None:
             raise first from None
         return people
+    # A people file is valid JSON Lines whose items fit no record shape: the reader skips
+    # them all rather than raising, so an empty result is where that layout is tried.
+    return records or _people_records(Path(path)) or ()
 
 
 def _people_records(path: Path) -> tuple[Record, ...] | None:

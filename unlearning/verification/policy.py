@@ -374,7 +374,10 @@ def _change(values: dict[str, Any], original: Mapping[str, Any], key: str, op: A
     if not isinstance(current, int | float) or isinstance(current, bool):
         return
     new = op(current)
-    values[key] = int(round(new)) if isinstance(original.get(key), int) else float(new)
+    new = int(round(new)) if isinstance(original.get(key), int) else float(new)
+    if new == current:  # a cure that changes nothing (twice zero) is no cure: say nothing
+        return
+    values[key] = new
     notes.append(f"{key} {current} -> {values[key]} ({how})")
 
 
@@ -410,7 +413,7 @@ def policy_escalate(
         before = len(notes)
         _apply(stronger, hparams, scale, add, notes)
         notes[before:] = [f"{check.metric} failed: {n}" for n in notes[before:]]
-        changed_keys |= set(scale) | set(add)
+        changed_keys |= {k for k in (*scale, *add) if stronger.get(k) != hparams.get(k)}
     forgetting = [c for c in failed if c.metric.startswith(FORGETTING_METRICS)]
     if forgetting and not changed_keys:
         _apply(stronger, hparams, rule.scale, rule.add, notes)

@@ -587,7 +587,7 @@ def verify(
     timings: dict[str, float] = {}
     bank, notes = build_bank(sets, control=control, corpus=corpus, heldout=heldout, settings=s, seed=seed)
     timings["probes"] = time.perf_counter() - started
-    families = 6 + (4 if s.attacks else 0)
+    families = 5 + (4 if s.attacks else 0)  # leakage, latent, mia, utility, fluency (+ 4 attacks)
     tracker = ProgressTracker(progress, stage="verify", total=1 + families)
 
     t = time.perf_counter()
