@@ -1,6 +1,6 @@
 """Which threshold policy judges a deployment's verifications.
 
-The engine ships `default` v1.  A deployment may name another, versioned policy
+The engine ships `default` v2 (docs/verification.md).  A deployment may name another, versioned policy
 in a JSON file (VERIFICATION_POLICY_FILE); it is registered in the worker
 process under its own name and version, and every stored result and every
 certificate names the policy that judged it, so a reader always knows which
@@ -10,7 +10,7 @@ thresholds applied.
      "checks": [{"name": "surface leakage (greedy)", "metric": "leakage.forget",
                  "comparator": "<=", "margin": 0.02, "baseline": "leakage.control",
                  "noise_z": 1.645}],
-     "escalation": {"asu": {"scale": {"epochs": 2.0}}}}
+     "escalation": {"asu": {"scale": {"steps": 2.0}}}}
 """
 
 from __future__ import annotations
@@ -25,23 +25,11 @@ POLICY_FILE_VARIABLE = "VERIFICATION_POLICY_FILE"
 
 
 def policy_from_json(document: dict[str, Any]) -> Any:
-    from unlearning.verification import CheckSpec, Escalation, Policy, register_policy
+    """The engine's reader (`unlearning.verification.policy_from_json`): one parser, one set
+    of rules (typed booleans, unmeasured handling, cures), registered on success."""
+    from unlearning.verification import policy_from_json as engine_policy_from_json
 
-    checks = tuple(
-        CheckSpec(name=c["name"], metric=c["metric"], comparator=c["comparator"],
-                  margin=float(c["margin"]), baseline=c.get("baseline"),
-                  noise_z=float(c.get("noise_z", 0.0)),
-                  decides_pass=bool(c.get("decides_pass", True)))
-        for c in document["checks"]
-    )
-    if not checks or any(c.comparator not in ("<=", ">=") for c in checks):
-        raise ValueError("a policy needs checks with comparator '<=' or '>='")
-    escalation = {
-        method: Escalation(scale=dict(rule.get("scale", {})), add=dict(rule.get("add", {})))
-        for method, rule in (document.get("escalation") or {}).items()
-    }
-    return register_policy(Policy(name=str(document["name"]), version=str(document["version"]),
-                                  checks=checks, escalation=escalation))
+    return engine_policy_from_json(document)
 
 
 @cache

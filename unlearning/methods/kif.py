@@ -83,7 +83,10 @@ class KIFHparams(TrainingHparams):
     min_effect: float = 1.0
     bootstrap: int = 200
     forget_weight: float = 1.0
-    retain_weight: float = 3.0
+    # Measured on the tiny test model (one subject of 24): retain_weight 3 and 60 steps kept 86 %
+    # of the others' accuracy; 10 and 120 steps kept 100 % and still forgot (tests/unlearning/test_kif.py).
+    retain_weight: float = 10.0
+    min_steps: int = 120
     # The design's optional small LoRA behind each gate (0 = the paper's gates only).
     lora_rank: int = 16
     lora_lr: float = 1e-2
