@@ -14,7 +14,9 @@ through the shards itself too.  Whoever creates a shard's claim file first (an a
 whose holder stops touching it for `CLAIM_STALE_S` is taken over.  A shard task is
 idempotent: it returns at once when the result is there or the shard is claimed, and is
 retried alone on I/O errors.  The scan folder holds subjects' identifiers and records:
-it lives in the job's work directory and is removed when the sets are built.
+it lives in the job's work directory (mode 0700), every file in it (spec and shard results)
+is AES-GCM encrypted with the service's key and bound to its own path as associated data
+(mode 0600), and the folder is removed when the sets are built.
 """
 
 from __future__ import annotations
@@ -66,22 +68,56 @@ class ScanSpec:
                    [list(g) for g in data["groups"]])
 
 
+SCAN_CONTEXT = "erasure-work.scan"
+SCAN_MAGIC = b"erasure-scan/1\n"
+
+
+class ScanFileError(RuntimeError):
+    """A scan file that is not one of ours or does not open for its path."""
+
+
+def _row(path: Path) -> str:
+    # The phase folder's random name and the file name: a file moved elsewhere does not open.
+    return f"{path.parent.name}/{path.name}"
+
+
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Encrypt and write `data` atomically (temporary name + rename), mode 0600."""
     import orjson
 
-    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+    from deletion.domain import crypto
+
     try:
         encoded = orjson.dumps(data)
     except TypeError:  # an integer beyond 64 bits in some record's meta
         encoded = json.dumps(data, ensure_ascii=False).encode("utf-8")
-    partial.write_bytes(encoded)
-    os.replace(partial, path)
+    sealed, key_id = crypto.keyring().encrypt(encoded, context=SCAN_CONTEXT, row=_row(path))
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(SCAN_MAGIC + key_id.encode("ascii") + b"\n" + sealed)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def _read(path: Path) -> Any:
     import orjson
 
-    return orjson.loads(path.read_bytes())
+    from deletion.domain import crypto
+
+    data = path.read_bytes()
+    if not data.startswith(SCAN_MAGIC):
+        raise ScanFileError(f"{path.name} is not an encrypted scan file")
+    key_id, _, sealed = data[len(SCAN_MAGIC):].partition(b"\n")
+    try:
+        plain = crypto.keyring().decrypt(sealed, key_id_=key_id.decode("ascii"), context=SCAN_CONTEXT,
+                                         row=_row(path))
+    except (crypto.DecryptionError, UnicodeDecodeError) as exc:
+        raise ScanFileError(f"{path.name} does not open ({exc})") from exc
+    return orjson.loads(plain)
 
 
 def _result_path(phase_dir: Path, shard: int) -> Path:
@@ -168,7 +204,9 @@ def _run_phase(scan_dir: Path, spec: ScanSpec, shards: int, *, dispatch: Dispatc
                participate: bool, timeout_s: float) -> list[dict[str, Any]]:
     """Write the spec, send the shard tasks, scan what nobody else took, wait, load."""
     phase_dir = scan_dir / f"{spec.phase}-{uuid.uuid4().hex[:8]}"
-    phase_dir.mkdir(parents=True)
+    for folder in (scan_dir, phase_dir):  # private, whatever the umask
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
     _write_atomic(phase_dir / "spec.json", spec.to_json())
     if dispatch is not None:
         dispatch(phase_dir, spec.phase, range(shards))

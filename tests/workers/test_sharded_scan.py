@@ -85,7 +85,7 @@ def test_a_shard_task_is_idempotent_and_leaves_a_live_claim_alone(tmp_path: Path
     phase = tmp_path / "phase"
     phase.mkdir()
     spec = scan.ScanSpec(str(corpus), "match", [list(s.patterns()) for s in SUBJECTS], 1, 1 << 62, [], [])
-    (phase / "spec.json").write_text(__import__("json").dumps(spec.to_json()))
+    scan._write_atomic(phase / "spec.json", spec.to_json())
     (phase / "shard-00001.claim").touch()
     assert scan.scan_one_shard(phase, 0) is True
     assert scan.scan_one_shard(phase, 0) is False  # done: nothing to do twice
@@ -94,6 +94,35 @@ def test_a_shard_task_is_idempotent_and_leaves_a_live_claim_alone(tmp_path: Path
     os.utime(phase / "shard-00001.claim", (old, old))
     assert scan.scan_one_shard(phase, 1) is True  # its holder is gone: taken over
     assert sorted(p.name for p in phase.iterdir()) == ["shard-00000.json", "shard-00001.json", "spec.json"]
+
+
+def test_scan_files_are_private_and_encrypted_and_bound_to_their_path(tmp_path: Path) -> None:
+    corpus = _shard_dir(tmp_path / "corpus", seed=5, shards=2)
+    seen: list[tuple[Path, bytes, int]] = []
+
+    def spy(phase_dir: Path, phase: str, shards: Sequence[int]) -> None:
+        for shard in shards:  # scan as a worker would, then look at what lies on disk
+            scan.scan_one_shard(phase_dir, shard)
+        for path in sorted(phase_dir.iterdir()):
+            seen.append((path, path.read_bytes(), path.stat().st_mode & 0o777))
+        assert phase_dir.stat().st_mode & 0o777 == 0o700
+
+    scan.build_sets_sharded(corpus, SUBJECTS, scan_dir=tmp_path / "scan", seed=1, dispatch=spy)
+    assert seen
+    names = [n for s in SUBJECTS for n in s.patterns()]
+    for path, data, mode in seen:
+        assert mode == 0o600, path.name
+        assert data.startswith(scan.SCAN_MAGIC)
+        assert not any(n.encode("utf-8") in data or n.lower().encode("utf-8") in data for n in names), path.name
+    # A file copied under another name (or into another phase) does not open.
+    phase = tmp_path / "elsewhere"
+    phase.mkdir()
+    (phase / "spec.json").write_bytes(seen[-1][1])
+    with pytest.raises(scan.ScanFileError, match="does not open"):
+        scan._read(phase / "spec.json")
+    (phase / "plain.json").write_text("{}")
+    with pytest.raises(scan.ScanFileError, match="not an encrypted scan file"):
+        scan._read(phase / "plain.json")
 
 
 def test_the_shard_task_is_registered_and_refuses_folders_outside_the_checkpoints(tmp_path: Path) -> None:
