@@ -30,7 +30,7 @@ from sqlalchemy import Engine, text
 
 from deletion.domain.db import make_engine
 
-APPEND_ONLY_TABLES = ("audit_events", "certificates", "verification_reports")
+APPEND_ONLY_TABLES = ("audit_events", "audit_seals", "certificates", "verification_reports")
 _ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
