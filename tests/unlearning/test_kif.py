@@ -145,3 +145,22 @@ def test_kif_makes_the_tiny_model_forget_one_person_and_keep_the_others(tiny_cor
     tokenizer.padding_side = "left"
     assert accuracy(outcome.model, [subject]) <= chance + 0.2
     assert accuracy(outcome.model, others) >= 0.95 * before_retain
+
+
+def test_distillation_ships_a_plain_checkpoint_whose_own_weights_changed(
+    tiny_corpus_dir, tiny_arch_model_dir, tmp_path,
+):
+    model, tokenizer = load_model(tiny_arch_model_dir("qwen2"), device="cpu")
+    base_logits = _logits(model, tokenizer)
+    tokenizer.padding_side = "right"
+    hp = KIFHparams(steps=2, min_effect=0.0, bootstrap=20, lora_rank=4, distill_steps=3)
+    outcome = KIF().unlearn(model, tokenizer, method_input(_sets(tiny_corpus_dir)), hp)
+    assert outcome.details["distilled"] and outcome.steps == 2 + 3
+    assert set_gates(outcome.model, False) is False  # no gates left to switch off
+    assert not any("kif" in name for name, _ in outcome.model.named_modules())
+    save_checkpoint(outcome.model, tokenizer, tmp_path / "plain", {"method": "kif"})
+    config = json.loads((tmp_path / "plain" / "config.json").read_text())
+    assert "auto_map" not in config and not (tmp_path / "plain" / "kif_remote.py").exists()
+    reloaded, _ = load_model(tmp_path / "plain", device="cpu")
+    assert torch.equal(_logits(reloaded, tokenizer), _logits(outcome.model, tokenizer))
+    assert not torch.equal(_logits(reloaded, tokenizer), base_logits)  # the weights themselves changed
