@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from unlearning.erase import resolve_hparams
-from unlearning.verification import CheckResult, DEFAULT_POLICY, policy_escalate
+from unlearning.verification import DEFAULT_POLICY, CheckResult, policy_escalate
 
 
 def _failed(metric: str) -> list[CheckResult]:

@@ -23,8 +23,8 @@ from unlearning.corpus import Corpus, load_corpus, write_jsonl
 from unlearning.corpus.records import record_digest
 from unlearning.demo.train_base import PRESETS, train_base
 from unlearning.erase import erase
-from unlearning.prompting import format_of
 from unlearning.modeling import load_model
+from unlearning.prompting import format_of
 from unlearning.sets import Subject, build_sets
 from unlearning.verification import VerifySettings, verify
 from unlearning.verification.attacks.relearn import RelearnSettings
