@@ -49,7 +49,14 @@ def tiny_base_model_dir(tiny_base_training: TrainResult) -> Path:
 
 
 def _arch_config(arch: str, tokenizer: object) -> object:
-    from transformers import GPT2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
+    from transformers import (
+        GPT2Config,
+        GPTNeoXConfig,
+        LlamaConfig,
+        MistralConfig,
+        OPTConfig,
+        Qwen2Config,
+    )
 
     ids = {
         "bos_token_id": tokenizer.bos_token_id,  # type: ignore[attr-defined]
