@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
@@ -43,6 +44,7 @@ def machine() -> dict[str, Any]:
     info["torch"] = torch.__version__
     info["accelerator"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     info["torch_threads"] = torch.get_num_threads()
+    info["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
     return info
 
 
@@ -92,6 +94,8 @@ def run(settings: BenchSettings, *, families: tuple[str, ...], docs: Path, cache
         console.section("service")
         measure(results, "service", lambda: run_service(settings, work=work / "service", console=console))
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
+    # The raw tree first, so a report that fails to render loses no measurement.
+    (work / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True, default=str), encoding="utf-8")
     md, js = write_report(results, docs=docs)
     console.say(f"wrote {md} and {js}")
     return results

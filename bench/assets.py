@@ -43,6 +43,11 @@ class Assets:
         return self.corpus_dir / "control.jsonl"
 
     @property
+    def control_records_file(self) -> Path:
+        """The control people as corpus records: what the service registers as the control corpus."""
+        return self.corpus_dir / "control_records.jsonl"
+
+    @property
     def heldout_file(self) -> Path:
         return self.corpus_dir / "heldout.txt"
 
@@ -67,8 +72,12 @@ def _training_of(directory: Path) -> dict[str, Any]:
 
 
 def train_into(corpus: Any, out_dir: Path, *, preset: str, seed: int, console: Console,
-               label: str) -> dict[str, Any]:
-    """train_base into ``out_dir`` (via a partial directory, so an interrupted run is redone)."""
+               label: str, tokenizer: Path | None = None) -> dict[str, Any]:
+    """train_base into ``out_dir`` (via a partial directory, so an interrupted run is redone).
+
+    ``tokenizer``: a checkpoint directory whose tokenizer (and prompt format) is reused
+    instead of training one on ``corpus`` (the retrain oracle reuses the base's).
+    """
     from unlearning.demo.train_base import train_base
 
     if _trained(out_dir):
@@ -76,12 +85,25 @@ def train_into(corpus: Any, out_dir: Path, *, preset: str, seed: int, console: C
     partial = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     with console.task(label) as progress:
-        result = train_base(corpus, partial, preset=preset, seed=seed, progress=progress)
+        result = train_base(corpus, partial, preset=preset, seed=seed, progress=progress, tokenizer=tokenizer)
     shutil.rmtree(out_dir, ignore_errors=True)
     partial.rename(out_dir)
     logger.info("%s: accuracy %.3f, %s steps, %.0f s", label, result.accuracy, result.steps,
                 result.seconds)
     return _training_of(out_dir)
+
+
+def same_tokenizer(a: Path, b: Path) -> bool:
+    """Whether two checkpoints tokenize alike: the same vocabulary, special tokens and prompt format."""
+    from unlearning.modeling import load_model
+    from unlearning.prompting import format_of
+
+    def key(directory: Path) -> tuple[Any, ...]:
+        _, tok = load_model(directory, device="cpu")
+        return (sorted(tok.get_vocab().items()), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id,
+                format_of(tok).to_json())
+
+    return key(a) == key(b)
 
 
 def assets_ensure(*, preset: str, people: int, cache_root: Path, console: Console) -> Assets:
@@ -127,13 +149,29 @@ def people_digest(people: Sequence[dict[str, Any]]) -> str:
 
 def oracle_ensure(assets: Assets, forgotten: Sequence[dict[str, Any]], *, cache_root: Path,
                   console: Console) -> tuple[Path, dict[str, Any]]:
-    """The retrain oracle: the base recipe trained again on the corpus without ``forgotten``."""
+    """The retrain oracle: the base recipe trained again on the corpus without ``forgotten``.
+
+    It reuses the base model's tokenizer (a tokenizer trained on the smaller corpus
+    would tokenize the subjects' names differently, which the membership and
+    leakage checks would see as a difference of the model).  The directory is
+    keyed by the forgotten people and the base checkpoint's digest, so a new base
+    gets new oracles; the tokenizer is checked to be the base's.
+    """
+    from unlearning.checkpoints import checkpoint_digest
     from unlearning.corpus import load_corpus
+    from unlearning.sets import build_sets
 
     corpus = load_corpus(assets.corpus_file)
     gone = {p["person_id"] for p in forgotten}
-    drop = [r.id for r in corpus.records if (r.meta or {}).get("person") in gone]
-    out = cache_root / assets.preset / f"oracle-{people_digest(forgotten)}"
-    training = train_into(corpus.without(drop), out, preset=assets.preset, seed=0,
-                          console=console, label=f"retrain oracle without {len(gone)} people")
-    return out, training
+    # What an erasure of these people removes (every record naming them, and their groups),
+    # and every record generated about them.
+    forget = build_sets(corpus, [subject_of(p) for p in forgotten], seed=0).forget
+    drop = sorted({r.id for r in forget} | {r.id for r in corpus.records if (r.meta or {}).get("person") in gone})
+    if not drop:
+        raise RuntimeError("the forgotten people have no records in the corpus")
+    out = cache_root / assets.preset / f"oracle-{people_digest(forgotten)}-{checkpoint_digest(assets.base_dir)[:12]}"
+    training = train_into(corpus.without(drop), out, preset=assets.preset, seed=0, console=console,
+                          label=f"retrain oracle without {len(gone)} people", tokenizer=assets.base_dir)
+    if not same_tokenizer(out, assets.base_dir):
+        raise RuntimeError(f"the retrain oracle {out} does not use the base model's tokenizer")
+    return out, {**training, "records_dropped": len(drop), "tokenizer": "the base model's"}

@@ -25,9 +25,10 @@ RG = "/usr/bin/rg"
 
 # (key, method, hyper-parameters): the plain fine-tuning reference is gradient difference,
 # whose step is exactly a fine-tuning step (forward + backward on one forget and one retain
-# batch); only the sign of one term differs, which costs nothing.  ASU runs its published
-# recipe (``ASUHparams.published``: fixed teacher, no target shaping) so that teacher
-# caching is the only difference between its rows.
+# batch); only the sign of one term differs, which costs nothing.  ASU runs its `published`
+# preset (`unlearning.methods.asu.PRESETS`) in every row, so that where the teacher comes from
+# (recomputed every step from a frozen copy, or cached before step 1) and the retain loss are
+# the only differences between its rows.
 STEP_RUNS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("plain", "graddiff", {}),
     ("asu_online_gd", "asu", {"retain_loss": "gd", "cache_teacher": "none"}),
@@ -35,17 +36,25 @@ STEP_RUNS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("asu_online_kl", "asu", {"retain_loss": "kl", "cache_teacher": "none"}),
     ("asu_cached_kl", "asu", {"retain_loss": "kl", "cache_teacher": "full"}),
 )
+STEP_BATCH = 8  # forget and retain batch size of every timed row (the same work per step)
 
 
-def step_hparams(method: str, overrides: dict[str, Any], *, epochs: int) -> Any:
+def step_hparams(method: str, overrides: dict[str, Any], *, steps: int) -> dict[str, Any]:
+    """The JSON hyper-parameters of one timed run: exactly `steps` optimiser steps.
+
+    A fixed `steps` overrides the budget rule (`TrainingHparams.budget`), so every
+    row runs the same number of steps whatever the forget set; ASU's preset is
+    resolved by `erase` (`ASU.resolve`), the caller's values on top.
+    """
     from unlearning import methods
 
-    settings = {**overrides, "epochs": epochs, "batch_size": 8}
+    values: dict[str, Any] = {**overrides, "steps": steps, "batch_size": STEP_BATCH,
+                              "retain_batch_size": STEP_BATCH}
     if method == "asu":
-        from unlearning.methods.asu import ASUHparams
-
-        return ASUHparams.published(**settings)
-    return methods.hparams_from_json(method, settings)
+        values["preset"] = "published"
+    else:
+        methods.hparams_from_json(method, values)  # refused here, before anything is loaded
+    return values
 
 
 class _StepClock:
@@ -76,6 +85,8 @@ def step_time(settings: BenchSettings, assets: Assets, *, work: Path, console: C
     sets = sets_for(corpus, forget_people(assets.people(), max(settings.forget_fractions)), seed=0)
     per_step: dict[str, float] = {}
     totals: dict[str, float] = {}
+    steps_done: dict[str, int] = {}
+    presets: dict[str, str] = {}
     # Two rounds in alternating order, keeping each key's faster one: the machine may be shared.
     for round_ in range(2):
         runs = STEP_RUNS if round_ == 0 else tuple(reversed(STEP_RUNS))
@@ -84,15 +95,20 @@ def step_time(settings: BenchSettings, assets: Assets, *, work: Path, console: C
             with console.task(f"step cost {key} (round {round_ + 1})") as draw:
                 clock = _StepClock(draw)
                 result = erase(assets.base_dir, sets, method=method, out_dir=out, progress=clock,
-                               hparams=step_hparams(method, overrides, epochs=settings.cost_epochs))
+                               hparams=step_hparams(method, overrides, steps=settings.cost_steps))
             shutil.rmtree(out, ignore_errors=True)
+            if result.steps != settings.cost_steps:
+                raise RuntimeError(f"{key}: {result.steps} optimiser steps run, {settings.cost_steps} asked for")
+            steps_done[key] = result.steps
+            presets[key] = str(result.hparams.get("preset"))
             per_step[key] = min(per_step.get(key, float("inf")), clock.per_step())
             totals[key] = min(totals.get(key, float("inf")), result.seconds)
     plain = per_step["plain"]
     return {"per_step_s": per_step, "erase_total_s": totals,
             "ratios": {k: v / plain for k, v in per_step.items() if k != "plain"},
             "limits": {"asu_online_gd": 4 / 3, "asu_online_kl": 4 / 3, "asu_cached_gd": 1.0, "asu_cached_kl": 1.0},
-            "forget_records": len(sets.forget), "epochs": settings.cost_epochs, "batch_size": 8,
+            "steps_done": steps_done, "forget_records": len(sets.forget), "steps": settings.cost_steps,
+            "batch_size": STEP_BATCH, "preset": presets,
             "note": "per-step time of the training loop; teacher caching before step 1 is excluded "
                     "(it is in erase_total_s)"}
 

@@ -32,13 +32,20 @@ def erase_timed(model_dir: Path, sets: Any, *, method: str, hparams: dict[str, A
 
 
 def verify_timed(candidate: Path, assets: Assets, sets: Any, *, seed: int, console: Console,
-                 label: str) -> tuple[dict[str, Any], float]:
-    """The service's own verification (default policy) and its wall time in seconds."""
-    from unlearning.verification import verify
+                 label: str, base_dir: Path | None = None, corpus: Any = None) -> tuple[dict[str, Any], float]:
+    """The service's own verification and its wall time in seconds.
+
+    As `workers.stages` calls it: the default policy (`DEFAULT_POLICY`), the control
+    people as records (`control_records.jsonl`), held-out text, and retained records
+    from the corpus (`corpus`: the corpus with erased people's records tombstoned;
+    default the whole corpus file, whose forget records the bank leaves out itself).
+    `base_dir` is the checkpoint the candidate was made from (default the base model).
+    """
+    from unlearning.verification import DEFAULT_POLICY, verify
 
     started = time.perf_counter()
     with console.task(label) as progress:
-        report = verify(candidate, assets.base_dir, sets, control=assets.control_file,
-                        corpus=assets.corpus_file, heldout=assets.heldout_file, seed=seed,
-                        progress=progress)
+        report = verify(candidate, base_dir or assets.base_dir, sets, control=assets.control_records_file,
+                        corpus=assets.corpus_file if corpus is None else corpus,
+                        heldout=assets.heldout_file, seed=seed, policy=DEFAULT_POLICY, progress=progress)
     return report.to_json(), time.perf_counter() - started

@@ -29,17 +29,21 @@ KINDS = ("original", "paraphrase", "alias")
 
 
 def leak_by_subject(model_dir: Path, sets: Any) -> dict[tuple[int, str], Rate]:
-    """(subject index, probe kind) -> leak rate of the greedy answers, by the verifier's own rule."""
-    from unlearning.modeling import generate_answers, load_model
+    """(subject index, probe kind) -> leak rate of the greedy answers, by the verifier's own rule.
+
+    Each probe is laid out and generated as the verifier does (`probe_ids`, `generate_texts`).
+    """
+    from unlearning.modeling import load_model
+    from unlearning.verification.generation import generate_texts, probe_ids
     from unlearning.verification.leakage import leak_rate
 
     model, tokenizer = load_model(model_dir, device="cpu")
     probes = [p for p in sets.probes if p.kind in KINDS]
-    answers = generate_answers(model, tokenizer, [p.prompt for p in probes], max_new_tokens=32)
+    answers = generate_texts(model, tokenizer, [probe_ids(tokenizer, p) for p in probes], max_new_tokens=32)
     groups: dict[tuple[int, str], list[int]] = defaultdict(list)
     for i, probe in enumerate(probes):
         groups[(probe.subject, probe.kind)].append(i)
-    return {key: leak_rate([[answers[i]] for i in rows], [probes[i].expected for i in rows])
+    return {key: leak_rate([answers[i] for i in rows], [probes[i].expected for i in rows])
             for key, rows in groups.items()}
 
 
@@ -103,6 +107,10 @@ def per_subject_table(assets: Assets, *, method: str, fraction: float, hparams: 
     for check in report["checks"]:
         flag = "yes" if check["passed"] else "**no**"
         note = "" if check.get("decides_pass", True) else " (guarantee class only)"
+        if check["value"] is None or check["threshold"] is None:  # judged by the policy's unmeasured rule
+            lines.append(f"| {check['name']}{note} | unmeasured ({check.get('rule')}) | {check['comparator']} - "
+                         f"| {flag} |")
+            continue
         lines.append(f"| {check['name']}{note} | {check['value']:.3f} | {check['comparator']} "
                      f"{check['threshold']:.3f} | {flag} |")
     return "\n".join(lines)

@@ -65,7 +65,7 @@ def continual_plot(steps: Sequence[dict[str, Any]], path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     series = (("cumulative_leakage", "leakage, all subjects erased so far"),
               ("control_leakage", "control level (people never seen)"),
-              ("retain_ratio", "retained-fact accuracy / base"),
+              ("retained_ratio_vs_base", "retained-fact accuracy / original base"),
               ("model_utility", "TOFU model utility"),
               ("well_formed", "well-formed answers (1 - gibberish rate)"))
     for key, label in series:

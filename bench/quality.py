@@ -5,8 +5,14 @@ and each seed (method seed, retain sampling and verification sampling), run
 every method from the same base model, verify the candidate with the
 service's own verification suite and default policy, and add TOFU's forget
 quality (truth ratios versus the retrain oracle) and model utility.  The
-retrain oracle is trained once per fraction (TOFU also has one retain model
-per split) and verified like a candidate for every seed.
+retrain oracle (`train_base` on the corpus without the forgotten people, with
+the base model's tokenizer) is trained once per fraction (TOFU also has one
+retain model per split) and verified like a candidate for every seed: it is
+what a perfect erasure looks like to the same checks.
+
+Every check of the policy is kept per run (name, verdict, measured or the
+reason it was not), so the report can show, per method, which checks pass,
+how many, and on how many the verdict is the oracle's.
 """
 
 from __future__ import annotations
@@ -49,13 +55,20 @@ def retained_facts(corpus: Any, assets: Assets, settings: BenchSettings) -> list
     return tofu.facts_of(records, everyone + assets.control_people(), perturbed=settings.tofu_perturbed)
 
 
+def _checks(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's checks as the table needs them (no value is added or renamed here)."""
+    keep = ("name", "metric", "value", "threshold", "comparator", "passed", "decides_pass", "status", "rule")
+    return [{k: c.get(k) for k in keep} for c in report["checks"]]
+
+
 def _run_row(label: str, fraction: float, seed: int, report: dict[str, Any], verify_s: float,
              tofu_eval: dict[str, Any], oracle_ratios: Sequence[float], **extra: Any) -> dict[str, Any]:
     ratios = np.asarray(tofu_eval["forget_truth_ratios"])
     return {
         "method": label, "fraction": fraction, "seed": seed, "verify_s": round(verify_s, 2),
-        "passed": report["passed"], "guarantee": report["guarantee"],
+        "passed": report["passed"], "guarantee": report["guarantee"], "policy": report["policy"],
         "failed_checks": [c["name"] for c in report["checks"] if c.get("decides_pass", True) and not c["passed"]],
+        "checks": _checks(report), "unmeasured": report.get("unmeasured", {}),
         "metrics": report["metrics"],
         "tofu": {"forget_quality": tofu.forget_quality(ratios, np.asarray(oracle_ratios)),
                  "forget_truth_ratio_median": float(np.median(ratios)),
@@ -76,9 +89,11 @@ def _one_method(variant: MethodVariant, *, fraction: float, seed: int, sets: Any
                          console=console, label=f"erase {tag}")
     report, verify_s = verify_timed(out, assets, sets, seed=seed, console=console, label=f"verify {tag}")
     row = _run_row(variant.label, fraction, seed, report, verify_s, tofu.evaluate(out, forget, retain),
-                   oracle_ratios, erase_s=round(result.seconds, 2), steps=result.steps)
+                   oracle_ratios, erase_s=round(result.seconds, 2), steps=result.steps,
+                   preset=result.hparams.get("preset"))
     shutil.rmtree(out, ignore_errors=True)  # candidates are large and never reused
-    console.say(f"{tag}: passed={row['passed']} leak={row['metrics'].get('leakage.forget')} "
+    decided = [c for c in row["checks"] if c["decides_pass"]]
+    console.say(f"{tag}: passed={row['passed']} checks {sum(c['passed'] for c in decided)}/{len(decided)} "
                 f"FQ={row['tofu']['forget_quality']:.3g} MU={row['tofu']['model_utility']:.3f}")
     return row
 
@@ -107,6 +122,7 @@ def run_quality(settings: BenchSettings, assets: Assets, *, work: Path, cache_ro
             "base": {"forget_quality": tofu.forget_quality(np.asarray(base_eval["forget_truth_ratios"]),
                                                            np.asarray(oracle_ratios)),
                      "model_utility": base_eval["model_utility"],
+                     "forget_truth_ratio_median": float(np.median(base_eval["forget_truth_ratios"])),
                      "forget_probability": base_eval["forget_probability"]},
         }
         for seed in settings.seeds:
@@ -125,7 +141,10 @@ def run_quality(settings: BenchSettings, assets: Assets, *, work: Path, cache_ro
                     runs.append({"method": variant.label, "fraction": fraction, "seed": seed, **row})
                 else:
                     runs.append(row)
-    return {"runs": runs, "references": references, "summary": summarise(runs)}
+    from unlearning.verification import DEFAULT_POLICY
+
+    return {"runs": runs, "references": references, "summary": summarise(runs), "policy": DEFAULT_POLICY.to_json(),
+            "methods": {v.label: {"method": v.method, "overrides": v.overrides} for v in settings.methods}}
 
 
 def _stats(values: Sequence[float]) -> dict[str, float] | None:
@@ -136,8 +155,19 @@ def _stats(values: Sequence[float]) -> dict[str, float] | None:
     return {"mean": float(np.mean(finite)), "sd": spread, "n": len(finite)}
 
 
+def _decided(run: dict[str, Any]) -> dict[str, bool]:
+    return {c["name"]: bool(c["passed"]) for c in run.get("checks") or () if c.get("decides_pass", True)}
+
+
 def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and spread over seeds of every metric, per (fraction, method)."""
+    """Mean and spread over seeds of every metric, and every check's verdicts, per (fraction, method).
+
+    `checks`: per check of the policy (in the report's order), how many runs it
+    passed and why it was unmeasured where it was; `checks_passed`: deciding checks
+    passed per run; `oracle_agreement`: per run, the deciding checks whose verdict
+    is the retrain oracle's for the same fraction and seed.
+    """
+    oracle = {(r["fraction"], r["seed"]): _decided(r) for r in runs if r["method"] == ORACLE and "metrics" in r}
     groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
     for run in runs:
         groups.setdefault((run["fraction"], run["method"]), []).append(run)
@@ -158,5 +188,25 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for name in run.get("failed_checks", ()):
                 failed[name] = failed.get(name, 0) + 1
         entry["failed_checks"] = failed
+        checks: dict[str, dict[str, Any]] = {}
+        for run in ok:
+            for c in run.get("checks") or ():
+                slot = checks.setdefault(c["name"], {"metric": c["metric"], "decides_pass": c.get("decides_pass", True),
+                                                     "runs": 0, "passed": 0, "unmeasured": []})
+                slot["runs"] += 1
+                slot["passed"] += bool(c["passed"])
+                if c.get("status") == "unmeasured" and c.get("rule") not in slot["unmeasured"]:
+                    slot["unmeasured"].append(c.get("rule"))
+        entry["checks"] = checks
+        decided = [_decided(r) for r in ok if r.get("checks")]
+        entry["checks_total"] = max((len(d) for d in decided), default=0)
+        entry["checks_passed"] = _stats([float(sum(d.values())) for d in decided])
+        agreement = []
+        for run, verdicts in zip([r for r in ok if r.get("checks")], decided, strict=True):
+            reference = oracle.get((run["fraction"], run["seed"]))
+            if reference is not None:
+                shared = set(reference) & set(verdicts)
+                agreement.append(float(sum(reference[n] == verdicts[n] for n in shared)))
+        entry["oracle_agreement"] = _stats(agreement)
         summary.append(entry)
     return summary

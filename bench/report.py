@@ -11,22 +11,16 @@ from typing import Any
 from bench.plots import continual_plot, tradeoff_plot
 from bench.results import NOT_MEASURED, is_missing
 
-# Columns of the quality table: (label, family, key, digits).
-QUALITY_COLUMNS = (
-    ("leak forget", "metrics", "leakage.forget", 3),
-    ("leak control", "metrics", "leakage.control", 3),
-    ("latent resid.", "metrics", "latent.residual_ratio", 2),
-    ("retain ratio", "metrics", "utility.retain_ratio", 3),
-    ("ppl ratio", "metrics", "utility.ppl_ratio", 3),
-    ("gibberish", "metrics", "fluency.gibberish_rate", 3),
-    ("MIA AUC", "metrics", "mia.auc", 3),
-    ("relearn", "metrics", "attack.relearn_recovery", 3),
-    ("quant leak", "metrics", "attack.quant_leakage", 3),
-    ("forget quality", "tofu", "forget_quality", 3),
-    ("model utility", "tofu", "model_utility", 3),
+# Figures of the quality table besides the report's own metrics: (label, family, key, digits).
+# The metric rows themselves are read from the runs' checks and the policy that judged them.
+EXTRA_ROWS = (
+    ("TOFU forget quality (KS p vs oracle)", "tofu", "forget_quality", 3),
+    ("TOFU forget truth ratio (median)", "tofu", "forget_truth_ratio_median", 3),
+    ("TOFU model utility", "tofu", "model_utility", 3),
     ("erase s", "seconds", "erase_s", 1),
     ("verify s", "seconds", "verify_s", 1),
 )
+ORACLE = "retrain-oracle"
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -64,7 +58,7 @@ def _get(tree: Any, *path: str) -> Any:
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return lines + [""]
 
 
@@ -76,36 +70,115 @@ def _missing_family(name: str, value: Any) -> list[str] | None:
     return None
 
 
+def _policy_of(runs: Sequence[dict[str, Any]]) -> Any:
+    """The registered policy the runs were judged by (None when it is not registered here)."""
+    from unlearning.verification import get_policy
+
+    for run in runs:
+        info = run.get("policy") or {}
+        if info.get("name"):
+            try:
+                return get_policy(str(info["name"]), info.get("version"))
+            except KeyError:
+                return None
+    return None
+
+
+def _check_names(entries: Sequence[dict[str, Any]]) -> list[str]:
+    """Every check name the runs were judged on, in the order the reports list them."""
+    names: list[str] = []
+    for entry in entries:
+        for name in entry.get("checks") or {}:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _metric_names(entries: Sequence[dict[str, Any]], policy: Any) -> list[str]:
+    """The metrics the checks judge, each followed by the baseline its threshold is built on."""
+    baselines = {c.metric: c.baseline for c in policy.checks} if policy is not None else {}
+    names: list[str] = []
+    for entry in entries:
+        for check in (entry.get("checks") or {}).values():
+            for name in (check["metric"], baselines.get(check["metric"])):
+                if name and name not in names:
+                    names.append(name)
+    return names
+
+
+def _verdict(check: dict[str, Any] | None) -> str:
+    if check is None or not check.get("runs"):
+        return "-"
+    runs, passed = check["runs"], check["passed"]
+    word = ("pass" if passed == runs else "**FAIL**") if runs == 1 else f"{passed}/{runs} pass"
+    if check.get("unmeasured"):
+        word += " (unmeasured: " + "; ".join(str(r) for r in check["unmeasured"]) + ")"
+    return word
+
+
+def _count(stat: dict[str, Any] | None, total: int) -> str:
+    """A count of checks out of `total`: one run's, or the mean over several."""
+    if not stat:
+        return "-"
+    if stat.get("n", 1) > 1:
+        return f"{stat['mean']:.1f}/{total} (mean of {stat['n']})"
+    return f"{stat['mean']:.0f}/{total}"
+
+
+def _columns(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The oracle first, then the methods in the order they ran."""
+    return sorted(entries, key=lambda e: (e["method"] != ORACLE,))
+
+
 def _quality(quality: Any, plots: Path, docs: Path) -> list[str]:
     out = ["## Forgetting quality, side by side", ""]
     missing = _missing_family("quality", quality)
     if missing:
         return out + missing
+    policy = _policy_of(quality.get("runs") or [])
+    named = (f"`{policy.name}` v{policy.version}" if policy is not None
+             else fmt((quality.get("policy") or {}).get("name")))
     out += ["Every method starts from the same base model; each candidate is checked by the service's own",
-            "verification suite and default policy (docs/verification.md).  `forget quality` is TOFU's KS-test",
-            "p-value of the truth-ratio distribution against the retrain oracle (higher = closer to a model",
-            "that never saw the people); `model utility` is TOFU's harmonic mean on retained people's facts.",
-            "Mean ± sd over seeds; `passed` counts runs the default policy accepted.", ""]
+            f"verification suite and its default policy ({named}, docs/verification.md).  The retrain oracle is",
+            "the base recipe trained again without the forgotten people (same preset, seed and tokenizer):",
+            "what a perfect erasure looks like to the same checks, so a check the oracle fails is a check",
+            "that cannot tell an erasure from a model that never saw the people.  `forget quality` is TOFU's",
+            "KS-test p-value of the truth-ratio distribution against the oracle (higher = closer to it);",
+            "`model utility` is TOFU's harmonic mean on retained people's facts.  Over several seeds a cell",
+            "counts the runs that passed, and a figure is mean ± sd.", ""]
     summary = quality["summary"]
     for fraction in sorted({e["fraction"] for e in summary}):
         ref = quality["references"].get(str(fraction), {})
+        entries = _columns([e for e in summary if e["fraction"] == fraction])
+        header = [e["method"] for e in entries]
         out.append(f"### Forget {fraction:.0%} of the people ({ref.get('people', '?')} people, "
                    f"{ref.get('forget_facts', '?')} facts)")
         out.append("")
+        out += ["Verdict of every check, per method (a check marked unmeasured was judged by the policy's rule",
+                "for its reason code):", ""]
         rows = []
-        for entry in [e for e in summary if e["fraction"] == fraction]:
-            row = [entry["method"], f"{entry['passed']}/{entry['measured']}"
-                   + (f" ({entry['runs'] - entry['measured']} not measured)" if entry["runs"] > entry["measured"] else "")]
-            row += [fmt((entry.get(family) or {}).get(key), digits) for _, family, key, digits in QUALITY_COLUMNS]
-            failed = entry.get("failed_checks") or {}
-            row.append(", ".join(f"{name} ({count})" for name, count in sorted(failed.items())) or "-")
-            rows.append(row)
+        for name in _check_names(entries):
+            deciding = all((e.get("checks") or {}).get(name, {}).get("decides_pass", True) for e in entries)
+            rows.append([name + ("" if deciding else " (guarantee class only)"),
+                         *[_verdict((e.get("checks") or {}).get(name)) for e in entries]])
+        rows.append(["**deciding checks passed**", *[_count(e.get("checks_passed"), e.get("checks_total", 0))
+                                                     for e in entries]])
+        rows.append(["**verdicts equal to the oracle's**", *[
+            "-" if e["method"] == ORACLE else _count(e.get("oracle_agreement"), e.get("checks_total", 0))
+            for e in entries]])
+        rows.append(["**report passed (runs)**", *[
+            f"{e['passed']}/{e['measured']}" + (f" ({e['runs'] - e['measured']} not measured)"
+                                                if e["runs"] > e["measured"] else "") for e in entries]])
+        out += _table(["check", *header], rows)
         base = ref.get("base", {})
-        rows.append(["base (no erasure)", "-", *["-"] * 9, fmt(base.get("forget_quality")),
-                     fmt(base.get("model_utility")), "-", "-", "-"])
-        out += _table(["method", "passed", *[c[0] for c in QUALITY_COLUMNS], "failed checks (runs)"], rows)
-        failures = [f"{e['method']}: {'; '.join(e['not_measured'])}" for e in summary
-                    if e["fraction"] == fraction and e.get("not_measured")]
+        out += ["The figures behind the checks (each check's metric, then the baseline its threshold is built on):", ""]
+        rows = [[f"`{name}`", *[fmt((e.get("metrics") or {}).get(name), 3) for e in entries], "-"]
+                for name in _metric_names(entries, policy)]
+        rows += [[label, *[fmt((e.get(family) or {}).get(key), digits) for e in entries],
+                  fmt(base.get(key), digits) if family == "tofu" else "-"]
+                 for label, family, key, digits in EXTRA_ROWS]
+        out += _table(["figure", *header, "base (no erasure)"], rows)
+        failures = [f"{e['method']}: {'; '.join(e['not_measured'])}" for e in entries if e.get("not_measured")]
         out += [f"- not measured: {f}" for f in failures] + ([""] if failures else [])
     plot = tradeoff_plot(summary, plots / "quality_tradeoff.png")
     if plot is not None:
@@ -118,14 +191,34 @@ def _continual(continual: Any, plots: Path, docs: Path) -> list[str]:
     missing = _missing_family("continual", continual)
     if missing:
         return out + missing
-    out += [f"{len(continual['steps'])} requests with `{continual['method']}`, each starting from the previous",
-            "candidate, with the erased people's records tombstoned from the corpus as the service does.", ""]
-    keys = (("passed", "verify passed", 0), ("leakage_forget", "leak (this request)", 3),
+    out += [f"{len(continual['steps'])} one-person requests in a row with `{continual['method']}`, each starting from",
+            "the previous candidate, with the erased people's records tombstoned from the corpus as the service",
+            f"does.  Each candidate is verified as the service verifies it, by the default policy, against "
+            f"{continual.get('verified_against', 'its parent')} "
+            f"({fmt(continual.get('passed_steps'))} of {fmt(continual.get('measured_steps'))} steps passed).",
+            "`retain ratio vs parent` is that verification's figure; `retained vs base` compares with the ORIGINAL",
+            f"base model on a fixed sample of {fmt(continual.get('retained_sample'))} retained people's questions "
+            f"(base accuracy {fmt(continual.get('base_retained_accuracy'))}; the verifier's rule: the greedy answer",
+            "contains the value), so it shows what the per-step checks let add up.", ""]
+    keys = (("passed", "verify passed", 0), ("checks", "checks passed", 0),
+            ("retain_ratio_vs_parent", "retain ratio vs parent", 3),
+            ("retained_ratio_vs_base", "retained vs base", 3),
+            ("leakage_forget", "leak (this request)", 3),
             ("cumulative_leakage", "leak (all erased so far)", 3), ("control_leakage", "control", 3),
-            ("retain_ratio", "retain ratio", 3), ("model_utility", "model utility", 3),
-            ("well_formed", "well-formed", 3), ("erase_s", "erase s", 1), ("verify_s", "verify s", 1))
-    rows = [[str(s["step"]), *(fmt(s.get(k, s.get(NOT_MEASURED) and {NOT_MEASURED: s[NOT_MEASURED]}), d)
-                               for k, _, d in keys)] for s in continual["steps"]]
+            ("model_utility", "model utility", 3),
+            ("well_formed", "well-formed", 3), ("erase_s", "erase s", 1), ("verify_s", "verify s", 1),
+            ("failed_checks", "failed checks", 0))
+
+    def cell(step: dict[str, Any], key: str, digits: int) -> str:
+        if NOT_MEASURED in step:
+            return fmt({NOT_MEASURED: step[NOT_MEASURED]}) if key == "passed" else "-"
+        if key == "checks":
+            return f"{step.get('checks_passed')}/{step.get('checks_total')}"
+        if key == "failed_checks":
+            return ", ".join(step.get("failed_checks") or []) or "-"
+        return fmt(step.get(key), digits)
+
+    rows = [[str(s["step"]), *(cell(s, k, d) for k, _, d in keys)] for s in continual["steps"]]
     out += _table(["step", *[label for _, label, _ in keys]], rows)
     plot = continual_plot(continual["steps"], plots / "continual.png")
     if plot is not None:
@@ -261,16 +354,22 @@ def _service(service: Any) -> list[str]:
 METHODS_NOTE = [
     "## How each figure is measured", "",
     "- **Quality**: forget sets are nested (the 1% people are inside the 5% set, inside the 10% set); "
-    "a seed sets the method's seed, the retain sampling and the verification sampling.  The retrain "
-    "oracle is the base recipe (`train_base`, same preset and seed) trained on the corpus without the "
-    "forgotten people, once per forget size, verified like a candidate.  Truth ratios use the true answer "
-    "and answers with the value swapped for other people's values of the same attribute.",
+    "a seed sets the method's seed, the retain sampling and the verification sampling.  Each method runs "
+    "with its own defaults (its `standard` preset; ASU's `auto`, which picks `demo` for these small "
+    "models) and the step budget rule.  The retrain oracle is the base recipe (`train_base`, same preset "
+    "and seed, the base model's tokenizer) trained on the corpus without the forgotten people's records "
+    "(every record the erasure's forget set holds), once per forget size, verified like a candidate.  "
+    "Truth ratios use the true answer and answers with the value swapped for other people's values of "
+    "the same attribute.  The check names, metric names and verdicts are the verification reports' own.",
     "- **Continual**: one person per request, each run from the previous candidate; earlier people's "
-    "records are tombstoned before the next request's sets are built.",
+    "records are tombstoned before the next request's sets are built and before it is verified; each "
+    "candidate is verified against its parent, as the service verifies against the serving checkpoint.",
     "- **Step cost**: seconds per optimiser step of the training loop (progress-callback timestamps, "
-    "teacher pre-computation excluded), the faster of two rounds run in alternating order; the plain "
+    "teacher pre-computation excluded), a fixed number of steps per run (`steps`, not the budget rule), "
+    "forget and retain batches of 8, the faster of two rounds run in alternating order; the plain "
     "fine-tuning step is gradient difference (forward and backward on one forget and one retain batch); "
-    "ASU runs its published recipe with the teacher online (`cache_teacher=none`) or cached (`full`).",
+    "ASU runs its `published` preset with the teacher recomputed every step from a frozen copy "
+    "(`cache_teacher=none`) or cached before step 1 (`full`).",
     "- **Batching**: one engine job = build sets + erase (default ASU) + verify with a cold cache.",
     "- **Set building on large corpora**: `python -m unlearning.sets_benchmark` writes the demo's 4,000 "
     "people among general text in shards under /tmp; each figure is `build_sets` on the corpus path in a fresh "
@@ -293,7 +392,9 @@ def render_markdown(results: dict[str, Any], *, docs: Path) -> str:
     plots = docs / "bench"
     lines = ["# Benchmarks", "",
              f"Measured {meta['date']} with `{meta['command']}` ({meta['mode']} mode) on {machine['cores']} CPU cores, "
-             f"{machine['memory_gib']} GiB memory ({machine.get('cpu', '?')}; {machine.get('accelerator', 'no GPU')}); "
+             f"{machine['memory_gib']} GiB memory ({machine.get('cpu', '?')}; {machine.get('accelerator', 'no GPU')}; "
+             f"torch threads {machine.get('torch_threads', '?')}"
+             + (f", OMP_NUM_THREADS={machine['omp_num_threads']}" if machine.get("omp_num_threads") else "") + "); "
              f"load average at start {meta.get('load_average_start')}; the run took {fmt(meta.get('duration_s'), 0)} s.  "
              "Every figure is in `docs/benchmarks.json`; nothing here is typed in by hand.", ""]
     if meta["mode"] != "full":
