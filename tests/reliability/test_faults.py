@@ -197,7 +197,13 @@ class Killer:
         if not _is_child_of(pid, self.pipeline.children["worker"].pid):
             raise AssertionError(f"{holder} is not a pool process of the test's worker")
         os.kill(pid, signal.SIGKILL)
-        return True
+        # The look and the kill are two steps: a sub-second stage (certify, promote) can commit
+        # its hand-over in between, and then the kill hit a process that held nothing.  A commit
+        # already sent completes; after it, the job is either still in this stage or taken over
+        # (the kill landed) or already past it with no take-over (it did not).
+        time.sleep(0.2)
+        after = job_state(self.engine, self.reference)
+        return bool(after) and (after["stage"] == stage or after["attempts"] > now["attempts"])
 
 
 def _is_child_of(pid: int, parent: int) -> bool:
