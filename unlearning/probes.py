@@ -43,7 +43,7 @@ from unlearning.identifiers import Span, find_spans, replace_spans
 from unlearning.text import normalise
 
 if TYPE_CHECKING:
-    from unlearning.sets import Subject
+    from unlearning.subjects import Subject
 
 PROBE_KINDS = ("original", "paraphrase", "alias", "cloze", "extraction", "completion")
 FORMS = ("question", "answer", "text", "chat")

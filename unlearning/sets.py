@@ -49,6 +49,7 @@ from unlearning.corpus import (
 from unlearning.corpus.sampling import lowest_ranked
 from unlearning.corpus.scan import GroupKey, Hit, PoolEntry, group_key
 from unlearning.probes import PROBE_KINDS, Probe, build_probes
+from unlearning.subjects import Subject
 from unlearning.text_matching import MultiMatcher
 
 SET_RULE = "sets-v3"  # the matching, grouping and retain rule above (stated in the manifest)
@@ -82,18 +83,6 @@ def pool_size(retain_per_forget: int, forget_count: int) -> int:
 
 class SetsError(ValueError):
     """Sets that cannot be built or loaded (no subjects, a tampered directory ...)."""
-
-
-@dataclass(frozen=True)
-class Subject:
-    """A data subject as the request names them; all of these are matched."""
-
-    name: str
-    aliases: tuple[str, ...] = ()
-    identifiers: tuple[str, ...] = ()  # emails, phone numbers, account names
-
-    def patterns(self) -> tuple[str, ...]:
-        return (self.name, *self.aliases, *self.identifiers)
 
 
 def _question_shape(question: str) -> str:

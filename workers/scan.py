@@ -325,7 +325,7 @@ def compute_sets(corpus_path: Path, subjects: Sequence[Any], *, job_work_dir: Pa
 
 def _register() -> None:
     from workers.celery_app import app
-    from workers.tasks import PERIODIC_TRANSIENT, backoff_seconds, is_transient
+    from workers.retries import PERIODIC_TRANSIENT, backoff_seconds, is_transient
 
     @app.task(bind=True, name=SCAN_SHARD, acks_late=True, reject_on_worker_lost=True,
               autoretry_for=PERIODIC_TRANSIENT, retry_backoff=True, max_retries=3)

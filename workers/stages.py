@@ -401,7 +401,7 @@ VERIFY_CORPUS_SAMPLE = 3000  # retained records the verifier draws its utility a
 def _verify(plan: _VerifyPlan, run: StageRun) -> dict[str, Any]:
     import time
 
-    from unlearning.corpus.sampling import sample_records
+    from unlearning.corpus.scan import sample_records
     from unlearning.verification import verify
     from workers.policies import deployment_policy
 

@@ -15,8 +15,8 @@ import pytest
 from tests.scan_fixtures import SUBJECTS, TRAPS, corpora, saved_bytes, trap_records, write_jsonl
 from unlearning import sets as sets_module
 from unlearning.corpus import formats, load_corpus, open_source
-from unlearning.corpus.sampling import rank, sample_records
-from unlearning.corpus.scan import Prefilter
+from unlearning.corpus.sampling import rank
+from unlearning.corpus.scan import Prefilter, sample_records
 from unlearning.sets import Subject, build_sets, build_sets_reference
 
 

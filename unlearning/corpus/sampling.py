@@ -10,14 +10,12 @@ parallel, and a stream finds it by keeping only the records under a rank thresho
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
     from unlearning.corpus.records import Record
-    from unlearning.corpus.source import CorpusSource
 
 MASK = (1 << 64) - 1
 RANK_SPACE = 1 << 64
@@ -65,20 +63,3 @@ def lowest_ranked(pairs: Iterable[tuple[int, Record]], n: int, *, seed: int,
     drop = set(exclude_ids)
     ranked = sorted((rank(p, seed), p, r) for p, r in pairs if r.id not in drop)
     return ranked[:n]
-
-
-def sample_records(source: str | Path | CorpusSource, n: int, *, seed: int,
-                   exclude_ids: Iterable[str] = ()) -> tuple[Record, ...]:
-    """`n` records of a corpus (a file, a directory, a source), seeded, without loading it:
-    the `n` lowest-ranked records whose ids are not excluded, in rank order.
-
-    Streams the corpus, parsing only the records under a rank threshold sized from the
-    corpus's bytes (and a second pass with a larger one in the rare case it was too small).
-    """
-    from unlearning.corpus.scan import sample_pool
-
-    if n <= 0:
-        return ()
-    drop = frozenset(exclude_ids)
-    pool = sample_pool(source, n + len(drop), seed=seed, exclude_ids=drop)
-    return tuple(record for _, _, record in pool[:n])

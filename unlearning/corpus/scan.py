@@ -632,6 +632,21 @@ def sample_pool(source: str | Path | CorpusSource, wanted: int, *, seed: int,
         threshold = min(RANK_SPACE, threshold * 4)
 
 
+def sample_records(source: str | Path | CorpusSource, n: int, *, seed: int,
+                   exclude_ids: Iterable[str] = ()) -> tuple[Record, ...]:
+    """`n` records of a corpus (a file, a directory, a source), seeded, without loading it:
+    the `n` lowest-ranked records whose ids are not excluded, in rank order.
+
+    Streams the corpus, parsing only the records under a rank threshold sized from the
+    corpus's bytes (and a second pass with a larger one in the rare case it was too small).
+    """
+    if n <= 0:
+        return ()
+    drop = frozenset(exclude_ids)
+    pool = sample_pool(source, n + len(drop), seed=seed, exclude_ids=drop)
+    return tuple(record for _, _, record in pool[:n])
+
+
 def resolve_pool(sampled: Iterable[Sampled], wanted: int, excluded: Iterable[str]) -> list[PoolEntry]:
     """The first `wanted` records by rank whose ids are not excluded, parsing pending lines
     only as far as needed."""
