@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -252,3 +252,24 @@ def fake_verify(passed: bool = True) -> Callable[[Any, Any], dict[str, Any]]:
         return report
 
     return verify
+
+
+def worker_disk_fixtures(database_name: str) -> tuple[Any, Any]:
+    """The module's fresh database (`database_url`) and a `disk` on it for each test:
+    `database_url, disk = worker_disk_fixtures("erasure_claims")` at a test module's top."""
+    from tests.conftest import drop_database, fresh_database_url
+
+    @pytest.fixture(scope="module")
+    def database_url() -> Iterator[str]:
+        url = fresh_database_url(database_name)
+        yield url
+        drop_database(url)
+
+    @pytest.fixture
+    def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iterator[WorkerDisk]:
+        disk = WorkerDisk.start(tmp_path, monkeypatch, database_url)
+        yield disk
+        disk.stop()
+
+    return database_url, disk
+

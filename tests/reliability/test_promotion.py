@@ -18,10 +18,9 @@ from __future__ import annotations
 import errno
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,8 +34,7 @@ from deletion.domain.config import current
 from deletion.domain.db import session_scope
 from deletion.domain.models import AuditEvent, Certificate, Checkpoint, Model, utcnow
 from deletion.domain.signing import keyring_load
-from tests.conftest import drop_database, fresh_database_url
-from tests.stage_fixtures import WorkerDisk, run_task
+from tests.stage_fixtures import WorkerDisk, run_task, worker_disk_fixtures
 from workers import routing, stages
 
 STAGE_TASK = {"queued": routing.BUILD_SETS, "building_sets": routing.BUILD_SETS,
@@ -90,18 +88,7 @@ POINTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def database_url() -> Iterator[str]:
-    url = fresh_database_url("reliability_promotion")
-    yield url
-    drop_database(url)
-
-
-@pytest.fixture
-def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iterator[WorkerDisk]:
-    disk = WorkerDisk.start(tmp_path, monkeypatch, database_url)
-    yield disk
-    disk.stop()
+database_url, disk = worker_disk_fixtures("reliability_promotion")
 
 
 def arm(monkeypatch: pytest.MonkeyPatch, point: Point) -> list[int]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -42,24 +41,11 @@ from deletion.domain.services.jobs import (
     job_reject,
     job_retry,
 )
-from tests.conftest import drop_database, fresh_database_url
-from tests.stage_fixtures import REPORT, WorkerDisk, run_stage
+from tests.stage_fixtures import REPORT, WorkerDisk, run_stage, worker_disk_fixtures
 from workers import stages, workfiles
 from workers.runtime import StageRun, stage_take_over
 
-
-@pytest.fixture(scope="module")
-def database_url() -> Iterator[str]:
-    url = fresh_database_url("erasure_claims")
-    yield url
-    drop_database(url)
-
-
-@pytest.fixture
-def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iterator[WorkerDisk]:
-    disk = WorkerDisk.start(tmp_path, monkeypatch, database_url)
-    yield disk
-    disk.stop()
+database_url, disk = worker_disk_fixtures("erasure_claims")
 
 
 def make_stale(disk: WorkerDisk, job_id: int) -> None:

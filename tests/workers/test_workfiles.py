@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,25 +16,13 @@ from sqlalchemy import select, update
 
 from deletion.domain.db import session_scope
 from deletion.domain.models import AuditEvent, Checkpoint, Job, utcnow
-from tests.conftest import drop_database, fresh_database_url
-from tests.stage_fixtures import WorkerDisk
+from tests.stage_fixtures import WorkerDisk, worker_disk_fixtures
 from workers import workfiles
 
 NAME, EMAIL = "Mara Okafor", "mara.okafor@example.org"
 
 
-@pytest.fixture(scope="module")
-def database_url() -> Iterator[str]:
-    url = fresh_database_url("erasure_workfiles")
-    yield url
-    drop_database(url)
-
-
-@pytest.fixture
-def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iterator[WorkerDisk]:
-    disk = WorkerDisk.start(tmp_path, monkeypatch, database_url)
-    yield disk
-    disk.stop()
+database_url, disk = worker_disk_fixtures("erasure_workfiles")
 
 
 def sets_of_one_subject(tmp_path: Path):
