@@ -5,6 +5,10 @@ always starts from the previous result), turns the erasure sets into what the
 methods train on, runs the method and writes the candidate with
 ``save_checkpoint`` (method, hyper-parameters, seeds, parent digest, set
 digests).  Several subjects in one ``ErasureSets`` are erased in one run.
+
+``processes=N`` (N > 1) runs the erasure on N ranks (`unlearning.distributed`:
+each rank trains on its share of every batch; the losses are the one-process
+losses); rank 0 is the caller and alone writes the checkpoint.
 """
 
 from __future__ import annotations
@@ -87,6 +91,8 @@ def erase(
     hparams: Any = None,
     progress: ProgressCallback | None = None,
     device: str | None = None,
+    processes: int = 1,
+    sharding: str = "none",
 ) -> EraseResult:
     """Unlearn every subject of ``sets`` from ``model_dir``; write the candidate to ``out_dir``.
 
@@ -94,8 +100,27 @@ def erase(
     or None for the method's defaults (the measured best settings, see
     docs/methods.md).  Raises ``ValueError`` for an unknown method or
     hyper-parameter and when the forget set is empty (nothing to certify).
+    ``processes`` > 1 spawns that many ranks (``sharding="fsdp"`` also shards the
+    parameters); a process that `accelerate launch` or `torchrun` started as one of
+    several ranks joins their group by itself.
     """
+    from unlearning import distributed
     from unlearning.modeling import load_model
+
+    if distributed.current() is None:
+        sharding = distributed.resolve_sharding(sharding)
+        launched = distributed.world_from_env()
+        if launched is not None:
+            with distributed.world(*launched, shard=sharding):
+                return erase(model_dir, sets, method=method, out_dir=out_dir, hparams=hparams,
+                             progress=progress if launched[0] == 0 else None, device=device)
+        if processes > 1:
+            return distributed.launch(erase, processes, model_dir, sets, shard=sharding,
+                                      child_kwargs={"progress": None}, method=method, out_dir=out_dir,
+                                      hparams=hparams, progress=progress, device=device)
+    world = distributed.current()
+    if world is not None:
+        device = world.device
 
     started = time.monotonic()
     chosen = methods.get(method)
@@ -135,10 +160,31 @@ def erase(
         "final_loss": outcome.final_loss,
         "details": outcome.details,
     }
-    digest = save_checkpoint(outcome.model, tokenizer, out_dir, metadata)
+    if world is None:
+        digest = save_checkpoint(outcome.model, tokenizer, out_dir, metadata)
+    else:
+        digest = _save_on_main(world, outcome.model, tokenizer, out_dir, metadata)
     seconds = time.monotonic() - started
     logger.info("erase: %s done in %.1fs, %s steps, digest %s", method, seconds, outcome.steps, digest[:12])
     return EraseResult(Path(out_dir), digest, method, hp.to_json(), seconds, outcome.steps, dict(outcome.details))
+
+
+def _save_on_main(world: Any, model: Any, tokenizer: Any, out_dir: str | Path, metadata: dict[str, Any]) -> str:
+    """Rank 0 writes the checkpoint (every rank holds the same full weights); all learn its digest."""
+    import torch.distributed as dist
+
+    box: list[Any] = [None]
+    if world.main:
+        try:
+            box[0] = save_checkpoint(model, tokenizer, out_dir, metadata)
+        except BaseException as exc:
+            box[0] = exc
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], BaseException):
+        if world.main:
+            raise box[0]
+        raise RuntimeError("rank 0 failed to write the checkpoint")
+    return str(box[0])
 
 
 def erase_continual(

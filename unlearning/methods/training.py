@@ -19,10 +19,16 @@ one forget batch (cycled) and one retain batch (cycled: a retain set larger
 than the forget set is used in full over the steps), the method's loss,
 backward, clipping, step.  A non-finite loss raises rather than writing a
 broken checkpoint.
+
+Inside a distributed erasure (`unlearning.distributed`) the same loop runs on
+every rank: the model's forward takes this rank's share of each batch's rows
+and returns the whole batch's outputs, so the loss is the one-process loss;
+the gradients are summed over the ranks before clipping.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -33,6 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from unlearning import distributed
 from unlearning.methods.base import Batch
 from unlearning.progress import ProgressCallback, ProgressTracker
 
@@ -173,6 +180,11 @@ def run_training(
         {"params": [p for p in model.parameters() if p.requires_grad]}
     ]
     params = [p for group in groups for p in group["params"]]
+    world = distributed.current()
+    split: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if world is not None:
+        distributed.broadcast_parameters(params)
+        split = distributed.sharded_forward(model, world)
     optimiser = torch.optim.AdamW(groups, lr=hp.lr, betas=(hp.beta1, hp.beta2), weight_decay=hp.weight_decay)
     warmup = max(1, int(steps * hp.warmup_fraction))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -183,20 +195,23 @@ def run_training(
     losses: list[float] = []
     started = time.monotonic()
     model.train()
-    for step in range(steps):
-        if on_step is not None:
-            on_step(step)
-        loss = step_loss(step, forget[step % len(forget)], retain[step % len(retain)])
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"{stage}: non-finite loss at step {step}")
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        if hp.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(params, hp.clip_norm)
-        optimiser.step()
-        scheduler.step()
-        losses.append(float(loss.detach()))
-        tracker.report(step + 1)
+    with split:
+        for step in range(steps):
+            if on_step is not None:
+                on_step(step)
+            loss = step_loss(step, forget[step % len(forget)], retain[step % len(retain)])
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{stage}: non-finite loss at step {step}")
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            if world is not None:
+                distributed.sync_gradients(params)
+            if hp.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, hp.clip_norm)
+            optimiser.step()
+            scheduler.step()
+            losses.append(float(loss.detach()))
+            tracker.report(step + 1)
     model.eval()
     tail = losses[-max(1, len(losses) // 10):]
     logger.info("%s: %s steps in %.1fs, final loss %.4f", stage, steps, time.monotonic() - started,
