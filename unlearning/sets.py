@@ -353,6 +353,7 @@ def build_sets(
     seed: int = 0,
     exclude_ids: Iterable[str] = (),
     corpus_digest: str | None = None,
+    index: Any = None,
 ) -> ErasureSets:
     """Forget, retain and probes for all `subjects` in one pass over `corpus`.
 
@@ -361,6 +362,8 @@ def build_sets(
     are tombstoned records: never in any set.  `corpus_digest` is what the manifest
     names (a loaded corpus's own manifest digest by default; the registered digest
     of the corpus version for a stream, where computing it would mean parsing it all).
+    `index` (an opened `corpus.index.CorpusIndex` of this corpus) finds the same records
+    by look-up instead of a pass over the corpus.
     """
     if not subjects:
         raise SetsError("no subjects given")
@@ -372,9 +375,10 @@ def build_sets(
                                         exclude_ids=exclude_ids, corpus_digest=corpus_digest)
         from unlearning.corpus.scan import scan_corpus
 
-        found = scan_corpus(open_source(corpus), [s.patterns() for s in subjects], seed=seed,
-                            pool_size=lambda forget: pool_size(retain_per_forget, forget),
-                            exclude_ids=frozenset(exclude_ids))
+        scan = scan_corpus if index is None else index.scan
+        found = scan(open_source(corpus), [s.patterns() for s in subjects], seed=seed,
+                     pool_size=lambda forget: pool_size(retain_per_forget, forget),
+                     exclude_ids=frozenset(exclude_ids))
         return assemble_sets(subjects, found.hits, found.group_members, found.pool,
                              retain_per_forget=retain_per_forget, seed=seed, corpus_digest=corpus_digest or "")
 

@@ -668,6 +668,7 @@ class CorpusScan:
     hits: list[Hit]
     group_members: list[tuple[int, Record]]
     pool: list[PoolEntry]  # by rank, without forget records
+    method: str = "scan"  # how it was found: the scan, or the index (`corpus.index`)
 
 
 def merge_hits(parts: Iterable[ShardScan]) -> list[Hit]:
