@@ -207,7 +207,13 @@ def test_a_rebuild_replaces_the_index_atomically(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "i"]
     assert manifest["records"] == len(load_corpus(path)) + sum(
         1 for line in path.read_text().splitlines() if '"misfit"' in line)
-    assert np.all(np.diff(np.fromfile(out / "keys.bin", dtype="<u8").astype(np.float64)) > 0)
+    keys = np.fromfile(out / "keys.bin", dtype="<u8")
+    starts = np.fromfile(out / "starts.bin", dtype="<u8").astype(np.int64)
+    postings = np.fromfile(out / "postings.bin", dtype="<u4").astype(np.int64)
+    assert np.all(keys[1:] > keys[:-1]) and starts[-1] == len(postings) == manifest["postings"]
+    rises = np.diff(postings) > 0  # strictly increasing within each key's list (look-ups rely on it)
+    rises[starts[1:-1] - 1] = True
+    assert rises.all()
 
 
 def test_a_line_with_a_bom_and_crlf_ends_reads_back(tmp_path: Path) -> None:

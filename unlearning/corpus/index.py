@@ -33,7 +33,8 @@ scan drops them, so a tombstone needs no rebuild.  The retain pool comes from th
 table (ranks of positions, `corpus.sampling`), the same records the scan samples.
 
 Layout (one folder, 0700; files 0600): `manifest.json` (format, corpus digest, key id,
-shard fingerprints, counts), `records.bin` (a fixed-width row per record), `keys.bin`
+shard fingerprints, counts), `records.bin` (a fixed-width row per record), `positions.bin`
+(each record's position, all the retain pool reads), `keys.bin`
 (sorted uint64 hashes), `starts.bin` (uint64 offsets into `postings.bin`), `postings.bin`
 (uint32 record numbers, sorted per key).  All read by memory map: a look-up touches the
 pages it needs.  Built streaming: one 8 MB block at a time, postings spilled into hash
@@ -81,6 +82,7 @@ from unlearning.corpus.scan import (
     Hit,
     Pending,
     Sampled,
+    _blank_lines,
     first_threshold,
     forget_groups,
     group_key,
@@ -97,14 +99,16 @@ log = logging.getLogger(__name__)
 
 FORMAT = "corpus-index/1"
 TOKEN = re.compile(r"[^\W_]+")  # a maximal run of str.isalnum characters (re's alnum is isalnum's)
-_RAW_TOKEN = re.compile(rb"[a-z0-9]+")
-_GROUP_HINTS = tuple(f'"{name}"'.encode() for name in GROUP_FIELDS)
+_RAW_TOKEN = re.compile(rb"[a-z0-9]+|\n")  # the runs of a lower-cased block, and its line ends
+_COMPLEX = re.compile(rb"[\x80-\xff\\]")  # a line whose bytes are not its text verbatim
+_GROUP_HINT = re.compile(b"|".join(re.escape(f'"{name}"'.encode()) for name in GROUP_FIELDS))
 _ALWAYS = b"\x02always"  # the posting of lines that did not parse: candidates of every look-up
 RECORD_DTYPE = np.dtype([("shard", "<u4"), ("length", "<u4"), ("line", "<u8"), ("offset", "<u8"),
                          ("ordinal", "<u8")])
 POSTING_DTYPE = np.dtype([("key", "<u8"), ("record", "<u4")])
-BUCKET_POSTINGS = 24_000_000  # postings per bucket the build aims for (12 bytes each, sorted in memory)
-FLUSH_POSTINGS = 4_000_000  # postings held before they are spilled into the buckets
+BUCKET_POSTINGS = 4_000_000  # postings per bucket the build aims for (12 bytes each, sorted in memory)
+FLUSH_POSTINGS = 4_000_000
+CACHE_TOKENS = 2_000_000  # tokens whose hashes a build keeps between blocks (in memory only)  # postings held before they are spilled into the buckets
 
 
 class IndexUnusable(RuntimeError):
@@ -128,9 +132,7 @@ class _Hasher:
     def one(self, token: bytes) -> int:
         found = self.cache.get(token)
         if found is None:
-            if len(self.cache) > 2_000_000:
-                self.cache.clear()
-            found = int.from_bytes(hashlib.blake2b(token, key=self.key, digest_size=8).digest(), "little")
+            found = int.from_bytes(hashlib.blake2b(token, key=self.key, digest_size=8).digest(), "little") or 1
             self.cache[token] = found
         return found
 
@@ -162,19 +164,17 @@ def _record_group(value: Any) -> GroupKey | None:
     return None
 
 
-def _line_tokens(raw: bytes, shard: Shard, line: int) -> tuple[set[bytes] | None, GroupKey | None]:
-    """(tokens, group) of one non-blank line; tokens None for a line that does not parse."""
-    simple = raw.isascii() and b"\\" not in raw
-    value: Any = None
-    parsed = False
-    if not simple or any(hint in raw for hint in _GROUP_HINTS):
-        try:
-            value = parse_json(raw, shard, str(line + 1))
-            parsed = True
-        except CorpusError:
-            return None, None
-    tokens = set(_RAW_TOKEN.findall(raw.lower())) if simple else text_tokens(searchable_text_of(value))
-    return tokens, _record_group(value) if parsed else None
+def _lines_matching(pattern: re.Pattern[bytes], block: bytes, starts: np.ndarray) -> list[int]:
+    """Indexes (in the block) of the lines where `pattern` occurs, one search per line."""
+    found: list[int] = []
+    at = 0
+    while (hit := pattern.search(block, at)) is not None:
+        line = int(np.searchsorted(starts, hit.start(), side="right")) - 1
+        found.append(line)
+        if line + 1 >= len(starts):
+            break
+        at = int(starts[line + 1])
+    return found
 
 
 def _fingerprint(shard: Shard) -> dict[str, Any]:
@@ -246,7 +246,8 @@ class _Spill:
                     continue
                 part = np.fromfile(path, dtype=POSTING_DTYPE)
                 path.unlink()
-                part.sort(order=("key", "record"))
+                # Records arrive in increasing order: a stable sort by key leaves them sorted per key.
+                part = part[np.argsort(part["key"], kind="stable")]
                 keep = np.ones(len(part), dtype=bool)
                 keep[1:] = (part["key"][1:] != part["key"][:-1]) | (part["record"][1:] != part["record"][:-1])
                 part = part[keep]
@@ -284,13 +285,13 @@ def build_index(corpus: str | Path | CorpusSource, directory: str | Path, *, key
         shards: list[dict[str, Any]] = []
         records = 0
         read = 0
-        with _open_private(work / "records.bin") as table:
+        with _open_private(work / "records.bin") as table, _open_private(work / "positions.bin") as positions:
             for shard in source.shards:
                 entry = _fingerprint(shard)
                 entry["indexed"] = indexable(shard)
                 if entry["indexed"]:
                     entry["bom"], entry["records"], entry["lines"], shard_bytes = _index_shard(
-                        shard, hasher, spill, table, records)
+                        shard, hasher, spill, (table, positions), records)
                     records += entry["records"]
                     read += shard_bytes
                     if progress is not None:
@@ -323,51 +324,87 @@ def _has_bom(shard: Shard) -> bool:
         return handle.read(3) == b"\xef\xbb\xbf"
 
 
-def _index_shard(shard: Shard, hasher: _Hasher, spill: _Spill, table: Any, first_record: int
+def _index_shard(shard: Shard, hasher: _Hasher, spill: _Spill, tables: tuple[Any, Any], first_record: int
                  ) -> tuple[bool, int, int, int]:
-    """Index one JSONL shard: (BOM, records, lines, bytes)."""
+    """Index one JSONL shard: (BOM, records, lines, bytes).
+
+    Per block: the runs of the lower-cased block in one regex pass (line ends included, so
+    each run's line is the count of line ends before it), their keyed hashes by look-up in
+    the block's vocabulary; lines that are not ASCII without backslash are parsed and get
+    the tokens of their normalised searchable text too (their raw runs are harmless extras);
+    lines naming a group field are parsed for their group.
+    """
     bom = _has_bom(shard)
     record = first_record
-    ordinal = 0
     offset = 0  # of the block, in the shard's (decompressed, BOM-less) bytes
     lines_seen = 0
     always = hasher.one(_ALWAYS)
+    cache = hasher.cache
     for first, block, count in jsonl_blocks_counted(shard):
-        rows: list[tuple[int, int, int, int, int]] = []
-        token_sets: list[Iterable[bytes]] = []
+        if len(cache) > CACHE_TOKENS:
+            cache.clear()
+        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        starts = np.r_[0, ends + 1][:count].astype(np.int64)
+        stops = np.r_[ends, len(block)][:count].astype(np.int64)
+        blank = np.zeros(count, dtype=bool)
+        blanks = _blank_lines(block, first)
+        if blanks:
+            blank[np.asarray(blanks, dtype=np.int64) - first] = True
+        kept = np.flatnonzero(~blank)
+        record_of_line = np.full(count + 1, -1, dtype=np.int64)
+        record_of_line[kept] = np.arange(record, record + len(kept))
+        rows = np.empty(len(kept), dtype=RECORD_DTYPE)
+        rows["shard"] = shard.number
+        rows["length"] = stops[kept] - starts[kept]
+        rows["line"] = first + kept
+        rows["offset"] = offset + starts[kept]
+        rows["ordinal"] = record_of_line[kept] - first_record
+        tables[0].write(rows.tobytes())
+        tables[1].write((rows["line"] | np.uint64(shard.position(0))).astype("<u8").tobytes())
+
+        tokens = _RAW_TOKEN.findall(block.lower())
+        for token in set(tokens).difference(cache):
+            hasher.one(token)
+        cache[b"\n"] = 0  # a line end (no token hashes to 0: `_Hasher.one` maps 0 to 1)
+        hashes = np.fromiter(map(cache.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
+        ends_mask = hashes == 0
+        line_of = np.cumsum(ends_mask)[~ends_mask]
+        keys = [hashes[~ends_mask]]
+        owners = [record_of_line[line_of]]
         extra_keys: list[int] = []
-        extra_records: list[int] = []
-        at = 0
-        for number, raw in enumerate(block.split(b"\n")[:count]):
-            start = at
-            at += len(raw) + 1
-            if not raw.strip():
+        extra_owners: list[int] = []
+        parse = set(_lines_matching(_COMPLEX, block, starts)) | set(_lines_matching(_GROUP_HINT, block, starts))
+        for index in sorted(parse):
+            number = int(record_of_line[index])
+            if number < 0:
                 continue
-            line = first + number
-            tokens, group = _line_tokens(raw, shard, line)
-            rows.append((shard.number, len(raw), line, offset + start, ordinal))
-            if tokens is None:
-                token_sets.append(())
+            raw = block[int(starts[index]):int(stops[index])]
+            try:
+                value = parse_json(raw, shard, str(first + index + 1))
+            except CorpusError:
                 extra_keys.append(always)
-                extra_records.append(record)
-            else:
-                token_sets.append(tokens)
-                if group is not None:
-                    extra_keys.append(hasher.group(group))
-                    extra_records.append(record)
-            ordinal += 1
-            record += 1
+                extra_owners.append(number)
+                continue
+            if not (raw.isascii() and b"\\" not in raw):
+                own = [hasher.one(t) for t in text_tokens(searchable_text_of(value))]
+                extra_keys += own
+                extra_owners += [number] * len(own)
+            group = _record_group(value)
+            if group is not None:
+                extra_keys.append(hasher.group(group))
+                extra_owners.append(number)
+        if extra_keys:
+            keys.append(np.array(extra_keys, dtype=np.uint64))
+            owners.append(np.array(extra_owners, dtype=np.int64))
+        all_keys, all_owners = np.concatenate(keys), np.concatenate(owners)
+        if extra_keys:  # record order (the buckets' per-key sort relies on it): two sorted runs
+            order = np.argsort(all_owners, kind="stable")
+            all_keys, all_owners = all_keys[order], all_owners[order]
+        spill.add(all_keys, all_owners.astype(np.uint32))
+        record += len(kept)
         offset += len(block)
         lines_seen = first + count
-        if not rows:
-            continue
-        table.write(np.array(rows, dtype=RECORD_DTYPE).tobytes())
-        one = hasher.one
-        flat = [one(t) for tokens in token_sets for t in tokens]
-        sizes = np.fromiter((len(tokens) for tokens in token_sets), dtype=np.int64, count=len(token_sets))  # type: ignore[arg-type]
-        owners = np.repeat(np.arange(record - len(rows), record, dtype=np.uint32), sizes)
-        keys = np.array(flat + extra_keys, dtype=np.uint64)
-        spill.add(keys, np.concatenate([owners, np.array(extra_records, dtype=np.uint32)]))
+    cache.pop(b"\n", None)
     if record >= 1 << 32:
         raise ValueError("an index holds at most 2**32 records")
     return bom, record - first_record, lines_seen, offset
@@ -384,6 +421,7 @@ class CorpusIndex:
         self.manifest = manifest
         self.hasher = _Hasher(key)
         self.records = self._map("records.bin", RECORD_DTYPE)
+        self.positions = self._map("positions.bin", np.dtype("<u8"))  # the pool ranks these alone
         self.keys = self._map("keys.bin", np.dtype("<u8"))
         self.starts = self._map("starts.bin", np.dtype("<u8"))
         self.postings = self._map("postings.bin", np.dtype("<u4"))
@@ -545,10 +583,9 @@ def _index_hits(index: CorpusIndex, source: CorpusSource, matcher: MultiMatcher,
 
 def _index_pool(index: CorpusIndex, source: CorpusSource, *, seed: int, threshold: int) -> list[Sampled]:
     """The indexed records under a rank threshold, as `scan_shard` samples them (pending lines)."""
-    if not threshold or not len(index.records):
+    if not threshold or not len(index.positions):
         return []
-    positions = (index.records["shard"].astype(np.uint64) << np.uint64(40)) | index.records["line"]
-    keys = ranks(positions, seed)
+    keys = ranks(np.asarray(index.positions), seed)
     chosen = np.arange(len(keys)) if threshold >= RANK_SPACE else np.flatnonzero(keys < np.uint64(threshold))
     out: list[Sampled] = []
     for shard, number, row, raw in index.read(source, chosen):
