@@ -92,6 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
     sets.add_argument("--out", required=True, type=Path)
     sets.add_argument("--retain-per-forget", type=int, default=DEFAULT_RETAIN_PER_FORGET)
     sets.add_argument("--seed", type=int, default=0)
+    sets.add_argument("--index", type=Path, default=None, metavar="DIR",
+                      help="a corpus index (build-index): look the subjects up instead of reading the corpus; "
+                           "a missing or stale index falls back to the streamed scan, with a warning")
+    sets.add_argument("--key-file", type=Path, default=None, help="the index's key (with --index)")
+
+    index = commands.add_parser("build-index", help="an inverted index of a corpus for build-sets --index")
+    index.add_argument("--corpus", required=True, type=Path, help=CORPUS_HELP)
+    index.add_argument("--out", required=True, type=Path, metavar="DIR")
+    index.add_argument("--key-file", required=True, type=Path,
+                       help="32 secret bytes that key the token hashes (created, mode 0600, when missing)")
 
     erase = commands.add_parser("erase", help="unlearn subjects and write a candidate checkpoint")
     erase.add_argument("--model", required=True, type=Path)
@@ -104,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     erase.add_argument("--control", type=Path, default=None,
                        help="control corpus: records about people the model never saw (any corpus format)")
     erase.add_argument("--retain-per-forget", type=int, default=DEFAULT_RETAIN_PER_FORGET)
+    erase.add_argument("--processes", default="1", metavar="N",
+                       help="train on N ranks (one per GPU; gloo on CPU), or 'auto': one per CUDA device")
+    erase.add_argument("--sharding", choices=("none", "fsdp"), default="none",
+                       help="with several processes, also shard the parameters (FSDP)")
 
     verify = commands.add_parser("verify", help="verify a candidate against its base model")
     verify.add_argument("--model", required=True, type=Path, help="the candidate checkpoint")
@@ -200,12 +214,51 @@ def _subjects(args: argparse.Namespace) -> list[Any]:
     return subjects
 
 
+def _index_key(path: Path, *, create: bool) -> bytes:
+    """The index key in `path` (made of 32 random bytes, mode 0600, when `create` and missing)."""
+    import os
+
+    if not path.exists() and create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+            handle.write(os.urandom(32))
+    try:
+        key = path.read_bytes()
+    except OSError as exc:
+        raise ArgumentError("--key-file", f"cannot be read: {path} ({exc.strerror})") from exc
+    if len(key) < 16:
+        raise ArgumentError("--key-file", f"{path}: an index key needs at least 16 bytes")
+    return key
+
+
+def _open_index(args: argparse.Namespace) -> Any:
+    from unlearning.corpus.index import CorpusIndex, IndexUnusable
+
+    if args.key_file is None:
+        raise ArgumentError("--key-file", "required with --index")
+    try:
+        # The digest it was built for is the corpus's own (build-index computed it); the
+        # corpus files' sizes and times are checked against the index's.
+        return CorpusIndex.open(args.index, args.corpus, key=_index_key(args.key_file, create=False),
+                                corpus_digest=None)
+    except IndexUnusable as exc:
+        print(f"warning: --index: {exc}; scanning the corpus instead", file=sys.stderr)
+        return None
+
+
 def _build_sets(args: argparse.Namespace) -> Any:
     from unlearning.sets import build_sets
 
-    corpus = _corpus("--corpus", args.corpus)
+    if getattr(args, "index", None) is not None:
+        if not args.corpus.exists():
+            raise ArgumentError("--corpus", f"file not found: {args.corpus}")
+        corpus: Any = args.corpus  # streamed: by look-up, or by the scan when the index is unusable
+        index = _open_index(args)
+    else:
+        corpus, index = _corpus("--corpus", args.corpus), None
     sets = build_sets(corpus, _subjects(args), retain_per_forget=args.retain_per_forget,
-                      seed=getattr(args, "seed", 0))
+                      seed=getattr(args, "seed", 0), index=index,
+                      corpus_digest=None if index is None else index.manifest["corpus_digest"])
     if sets.unmatched:
         # Subjects are named by position: their names are personal data.
         missing = [str(i + 1) for i, n in enumerate(sets.match_counts) if n == 0]
@@ -263,6 +316,26 @@ def _cmd_build_sets(args: argparse.Namespace, progress: Any) -> int:
     return 0
 
 
+def _cmd_build_index(args: argparse.Namespace, progress: Any) -> int:
+    from unlearning.corpus import CorpusError, inspect_corpus
+    from unlearning.corpus.index import build_index
+
+    if not args.corpus.exists():
+        raise ArgumentError("--corpus", f"file not found: {args.corpus}")
+    key = _index_key(args.key_file, create=True)
+    try:
+        # One more pass for the corpus's manifest digest, which the sets built with the index name.
+        digest = inspect_corpus(args.corpus).manifest_digest
+        manifest = build_index(args.corpus, args.out, key=key, corpus_digest=digest)
+    except CorpusError as exc:
+        raise ArgumentError("--corpus", str(exc).splitlines()[0]) from exc
+    skipped = [s["name"] for s in manifest["shards"] if not s["indexed"]]
+    print(f"indexed {manifest['records']} records ({manifest['postings']} postings) in "
+          f"{manifest['build_seconds']:.1f}s -> {args.out}"
+          + (f"; not indexed (scanned at look-up): {', '.join(skipped)}" if skipped else ""))
+    return 0
+
+
 def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
     _model_dir("--model", args.model)
     _writable_out("--out", args.out)
@@ -275,12 +348,18 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
             raise ArgumentError("--hparams", f"invalid JSON: {exc.msg}") from exc
         if not isinstance(hparams, dict):
             raise ArgumentError("--hparams", "expected a JSON object")
+    from unlearning.distributed import resolve_processes
+
+    try:
+        processes = resolve_processes(args.processes)
+    except ValueError as exc:
+        raise ArgumentError("--processes", str(exc)) from exc
     sets = _build_sets(args)
     from unlearning.erase import erase  # lazily: the CLI works before the methods land
 
     try:
         result = erase(args.model, sets, method=args.method, out_dir=args.out, hparams=hparams,
-                       progress=progress)
+                       progress=progress, processes=processes, sharding=args.sharding)
     except ValueError as exc:
         raise ArgumentError("--hparams" if "hyper-parameter" in str(exc) else "--method",
                             str(exc)) from exc
@@ -315,6 +394,7 @@ COMMANDS = {
     "demo-corpus": _cmd_demo_corpus,
     "train-base": _cmd_train_base,
     "build-sets": _cmd_build_sets,
+    "build-index": _cmd_build_index,
     "erase": _cmd_erase,
     "verify": _cmd_verify,
 }

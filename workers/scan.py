@@ -308,12 +308,115 @@ def celery_dispatch(app: Any) -> Dispatch:
     return send
 
 
+# ---------------------------------------------------------------- corpus index
+
+BUILD_INDEX = "erasure.build_corpus_index"
+INDEX_CONTEXT = b"erasure-corpus-index\x00"
+# Corpora smaller than this are scanned (seconds: docs/benchmarks.md); a larger one without
+# an index gets one built by a worker after its first request, for the requests after it.
+INDEX_MIN_BYTES = 256 << 20
+INDEX_LOCK_STALE_S = 6 * 3600.0
+
+
+def index_key(content_digest: str) -> bytes:
+    """The index's token-hash key: the service's blind-index key, bound to the corpus."""
+    import hashlib
+    import hmac
+
+    from deletion.domain import crypto
+
+    return hmac.new(crypto.keyring().blind_index_key, INDEX_CONTEXT + content_digest.encode("ascii"),
+                    hashlib.sha256).digest()
+
+
+def index_dir(content_digest: str) -> Path:
+    """Where a corpus's index lives: beside the workers' other private files, by content digest."""
+    from workers import workfiles
+
+    return workfiles.config().checkpoint_dir / "corpus-index" / content_digest[:32]
+
+
+def open_index(corpus_path: str | Path, content_digest: str) -> tuple[Any, str]:
+    """(the corpus's index, "index") when one is there, fresh and covering every shard;
+    (None, why not) otherwise."""
+    from unlearning.corpus.index import CorpusIndex, IndexUnusable
+
+    try:
+        index = CorpusIndex.open(index_dir(content_digest), corpus_path, key=index_key(content_digest),
+                                 corpus_digest=content_digest)
+    except IndexUnusable as exc:
+        return None, str(exc)
+    if not all(s["indexed"] for s in index.manifest["shards"]):
+        return None, "the index does not cover every shard (Parquet, Arrow or JSON arrays are scanned)"
+    return index, "index"
+
+
+def build_corpus_index(corpus_path: str | Path, content_digest: str) -> bool:
+    """Build the corpus's index unless a fresh one is there or another worker builds it;
+    True when this call built it."""
+    from unlearning.corpus.index import build_index
+
+    index, _ = open_index(corpus_path, content_digest)
+    if index is not None:
+        return False
+    target = index_dir(content_digest)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(target.parent, 0o700)
+    lock = target.parent / f".{target.name}.lock"
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        if time.time() - lock.stat().st_mtime < INDEX_LOCK_STALE_S:
+            log.info("corpus index %s: another worker builds it", target.name)
+            return False
+        lock.unlink(missing_ok=True)
+        return build_corpus_index(corpus_path, content_digest)
+    try:
+        started = time.monotonic()
+        manifest = build_index(corpus_path, target, key=index_key(content_digest), corpus_digest=content_digest)
+        log.info("corpus index %s built: %s records, %s postings in %.1f s", target.name, manifest["records"],
+                 manifest["postings"], time.monotonic() - started)
+        return True
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _corpus_bytes(corpus_path: Path) -> int:
+    from unlearning.corpus import open_source
+
+    return sum(shard.path.stat().st_size for shard in open_source(corpus_path).shards)
+
+
+def _request_index(corpus_path: Path, content_digest: str) -> None:
+    """Send the index build to a worker (never fails the stage that asks)."""
+    try:
+        from workers.runtime import celery
+
+        celery().send_task(BUILD_INDEX, args=(str(corpus_path), content_digest))
+        log.info("corpus index %s: build requested", content_digest[:12])
+    except Exception as exc:  # noqa: BLE001 - a broker hiccup costs the next request a scan, nothing more
+        log.warning("corpus index %s: build not requested (%s)", content_digest[:12], type(exc).__name__)
+
+
 def compute_sets(corpus_path: Path, subjects: Sequence[Any], *, job_work_dir: Path, seed: int,
-                 exclude_ids: frozenset[str], corpus_digest: str | None = None) -> Any:
-    """What the build-sets stage calls: sharded when the corpus has several shards."""
+                 exclude_ids: frozenset[str], corpus_digest: str | None = None,
+                 content_digest: str | None = None) -> Any:
+    """What the build-sets stage calls: by index look-up when the corpus (its content digest:
+    the first version's, which tombstones do not change) has a fresh index; otherwise the
+    scan, sharded when the corpus has several shards (and a large corpus gets its index
+    built for the requests after this one)."""
     from unlearning.corpus import open_source
     from unlearning.sets import build_sets
 
+    if content_digest:
+        index, why = open_index(corpus_path, content_digest)
+        if index is not None:
+            log.info("sets by corpus index look-up (%s records indexed)", index.manifest["records"])
+            return build_sets(corpus_path, subjects, seed=seed, exclude_ids=exclude_ids,
+                              corpus_digest=corpus_digest, index=index)
+        log.info("no usable corpus index (%s): scanning", why)
+        if _corpus_bytes(corpus_path) >= INDEX_MIN_BYTES and not why.startswith("the index does not cover"):
+            _request_index(corpus_path, content_digest)
     if len(open_source(corpus_path).shards) < 2:
         return build_sets(corpus_path, subjects, seed=seed, exclude_ids=exclude_ids, corpus_digest=corpus_digest)
     from workers.runtime import celery
@@ -326,6 +429,11 @@ def compute_sets(corpus_path: Path, subjects: Sequence[Any], *, job_work_dir: Pa
 def _register() -> None:
     from workers.celery_app import app
     from workers.retries import PERIODIC_TRANSIENT, backoff_seconds, is_transient
+
+    @app.task(name=BUILD_INDEX, acks_late=True, reject_on_worker_lost=True)
+    def build_corpus_index_task(corpus_path: str, content_digest: str) -> bool:
+        """Build a corpus's index (idempotent: a fresh index, or one being built, returns at once)."""
+        return build_corpus_index(corpus_path, content_digest)
 
     @app.task(bind=True, name=SCAN_SHARD, acks_late=True, reject_on_worker_lost=True,
               autoretry_for=PERIODIC_TRANSIENT, retry_backoff=True, max_retries=3)

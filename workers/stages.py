@@ -151,6 +151,7 @@ class _SetsPlan:
     subjects: tuple[Any, ...]
     done: bool
     corpus_digest: str = ""
+    content_digest: str = ""  # the corpus file's (first version's) digest: what its index is for
 
 
 def _corpus_version_of(session: Session, job: Job) -> CorpusVersion:
@@ -189,7 +190,8 @@ def stage_build_sets(run: StageRun) -> None:
             subject_identifiers(session, r.reference) for r in job.requests
         )
         plan = _SetsPlan(job_id, run.token, Path(version.path), _tombstoned(session, version),
-                         subjects, done, version.manifest_digest)
+                         subjects, done, version.manifest_digest,
+                         registry.corpus_content_digest(session, corpus_id=version.corpus_id))
     manifest = None if plan.done else _compute_sets(plan, run)
     rejected = False
     with session_scope(engine()) as session:
@@ -229,10 +231,11 @@ def _compute_sets(plan: _SetsPlan, run: StageRun) -> dict[str, Any]:
             Subject(name=s.name, aliases=tuple(s.aliases), identifiers=(*s.emails, *s.phones))
             for s in plan.subjects
         ]
-        # Streamed (never loaded whole); a corpus of shards is scanned by many workers.
+        # By index look-up when the corpus has a fresh index; otherwise streamed (never loaded
+        # whole), a corpus of shards scanned by many workers.
         sets = compute_sets(plan.corpus_path, subjects, job_work_dir=workfiles.work_dir_of(plan.job_id),
                             seed=plan.job_id, exclude_ids=plan.tombstoned,
-                            corpus_digest=plan.corpus_digest)
+                            corpus_digest=plan.corpus_digest, content_digest=plan.content_digest)
         run.check()
         path = workfiles.sets_save(plan.job_id, plan.claim, sets)
         run.owned.append(path)

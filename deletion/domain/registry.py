@@ -437,6 +437,16 @@ def corpus_current(session: Session, *, name: str) -> CorpusVersion:
     ).scalar_one()
 
 
+def corpus_content_digest(session: Session, *, corpus_id: int) -> str:
+    """The digest of a corpus's contents: its first version's manifest digest.  Tombstones
+    make new versions of the same file (their digests name the excluded ids), so this is
+    what a corpus index is built for and checked against (`workers.scan.open_index`)."""
+    return session.execute(
+        select(CorpusVersion.manifest_digest).where(CorpusVersion.corpus_id == corpus_id)
+        .order_by(CorpusVersion.version.asc()).limit(1)
+    ).scalar_one()
+
+
 def corpus_tombstoned_ids(session: Session, *, name: str) -> set[str]:
     """Record ids no training or set building may use again."""
     corpus = corpus_get(session, name=name)

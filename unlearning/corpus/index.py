@@ -435,8 +435,9 @@ class CorpusIndex:
 
     @classmethod
     def open(cls, directory: str | Path, source: str | Path | CorpusSource, *, key: bytes,
-             corpus_digest: str) -> CorpusIndex:
-        """The index in `directory` if it is of this corpus, this digest and this key;
+             corpus_digest: str | None) -> CorpusIndex:
+        """The index in `directory` if it is of this corpus, this digest (None: whichever it
+        names; the files' sizes and times are checked all the same) and this key;
         `IndexUnusable` (saying why) otherwise."""
         folder = Path(directory)
         try:
@@ -447,7 +448,7 @@ class CorpusIndex:
             raise IndexUnusable(f"unreadable index manifest ({exc})") from exc
         if manifest.get("format") != FORMAT:
             raise IndexUnusable(f"index format {manifest.get('format')!r}, not {FORMAT}")
-        if manifest.get("corpus_digest") != corpus_digest:
+        if corpus_digest is not None and manifest.get("corpus_digest") != corpus_digest:
             raise IndexUnusable("index of another corpus digest")
         if manifest.get("key_id") != key_id(key):
             raise IndexUnusable("index built with another key")
