@@ -20,7 +20,7 @@ from bench.report import write_report
 from bench.results import measure
 from bench.settings import METHOD_VARIANTS, MODES, BenchSettings
 
-FAMILIES = ("quality", "continual", "cost", "service")
+FAMILIES = ("quality", "continual", "cost", "shapes", "service")
 
 
 def machine() -> dict[str, Any]:
@@ -49,7 +49,7 @@ def machine() -> dict[str, Any]:
 
 
 def run(settings: BenchSettings, *, families: tuple[str, ...], docs: Path, cache_root: Path,
-        command: str, console: Console) -> dict[str, Any]:
+        command: str, console: Console, keep: bool = False) -> dict[str, Any]:
     """Run the chosen families and write the report; returns the results tree."""
     started = time.monotonic()
     work = cache_root / "work" / settings.mode
@@ -88,17 +88,41 @@ def run(settings: BenchSettings, *, families: tuple[str, ...], docs: Path, cache
 
         console.section("cost")
         measure(results, "cost", lambda: run_cost(settings, assets, work=work / "cost", console=console))
+    if "shapes" in families:
+        from bench.shapes import run_shapes
+
+        console.section("other corpus shapes")
+        measure(results, "shapes", lambda: run_shapes(settings, work=work / "shapes", console=console))
     if "service" in families:
         from bench.service import run_service
 
         console.section("service")
         measure(results, "service", lambda: run_service(settings, work=work / "service", console=console))
+    if keep:
+        _carry_over(results, docs / "benchmarks.json", families)
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
     # The raw tree first, so a report that fails to render loses no measurement.
     (work / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True, default=str), encoding="utf-8")
     md, js = write_report(results, docs=docs)
     console.say(f"wrote {md} and {js}")
     return results
+
+
+def _carry_over(results: dict[str, Any], previous: Path, families: tuple[str, ...]) -> None:
+    """Families not run now keep the figures of the report in `previous`, marked with its date
+    and command (a report never passes old figures off as new ones)."""
+    if not previous.is_file():
+        return
+    old = json.loads(previous.read_text(encoding="utf-8"))
+    carried = dict(old.get("meta", {}).get("carried", {}))
+    for family in FAMILIES:
+        if family in families or family not in old:
+            continue
+        results[family] = old[family]
+        carried[family] = carried.get(family) or {"date": old["meta"].get("date"),
+                                                  "command": old["meta"].get("command"),
+                                                  "mode": old["meta"].get("mode")}
+    results["meta"]["carried"] = {k: v for k, v in carried.items() if k not in families}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--only", nargs="+", choices=FAMILIES, default=list(FAMILIES),
                     help="run only these families (the report says the others were not run)")
     go.add_argument("--docs", type=Path, default=REPO_ROOT / "docs", help="where the report goes")
+    go.add_argument("--keep", action="store_true",
+                    help="keep the last report's figures of the families not run now (marked with their date)")
     go.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                     help="models and corpora reused between runs (default var/bench)")
     go.add_argument("--seeds", type=int, help="override the number of seeds (quality)")
@@ -145,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.methods:
         settings = replace(settings, methods=tuple(v for v in METHOD_VARIANTS if v.label in args.methods))
     run(settings, families=tuple(f for f in FAMILIES if f in args.only), docs=args.docs,
-        cache_root=args.cache, command=command, console=Console())
+        cache_root=args.cache, command=command, console=Console(), keep=args.keep)
     return 0
 
 

@@ -223,7 +223,26 @@ def _continual(continual: Any, plots: Path, docs: Path) -> list[str]:
     plot = continual_plot(continual["steps"], plots / "continual.png")
     if plot is not None:
         out += [f"![continual erasure]({plot.relative_to(docs).as_posix()})", ""]
-    return out
+    return out + _walk(continual.get("service_walk"))
+
+
+def _walk(walk: Any) -> list[str]:
+    out = ["### The service walk", ""]
+    missing = _missing_family("service walk", walk)
+    if missing is not None:
+        return out + missing
+    out += [f"{walk['requests']} demo people filed one after another as separate immediate requests through the",
+            "real embedded pipeline (`python -m workers.embedded demo --requests N`: SQLite, the embedded broker, a",
+            "real worker process and beat), each job starting from the model the previous one promoted.  `retained",
+            "vs parent` is the verifier's ratio on that job's retained sample; `since v1` multiplies them along the",
+            f"lineage.  **Certified {walk['certified']} of {walk['requests']}** (goal: all).", ""]
+    rows = [[str(n), "yes" if r["certified"] else "**no**", fmt(r["seconds"], 1),
+             f"v{r['checkpoint_version']}" if r.get("checkpoint_version") else "-",
+             fmt(r.get("retained_accuracy")), fmt(r.get("retained_ratio_vs_parent")),
+             fmt(r.get("retained_ratio_since_v1")), ", ".join(r.get("failed") or []) or "-"]
+            for n, r in enumerate(walk["rows"], 1)]
+    return out + _table(["request", "certified", "seconds to end of job", "serving", "retained accuracy",
+                         "vs parent", "since v1", "failed checks"], rows)
 
 
 def _cost(cost: Any) -> list[str]:
@@ -310,6 +329,40 @@ def _certificate_time(ttc: Any) -> list[str]:
     stages = ttc.get("stages") or []
     out += _table(["stage", "seconds"], [[s["stage"], fmt(s["seconds"], 2)] for s in stages])
     return out
+
+
+def _shapes(shapes: Any) -> list[str]:
+    """Other corpus shapes: one row per (shape, architecture, tokenizer) and candidate."""
+    out = ["## Other corpus shapes", ""]
+    missing = _missing_family("shapes", shapes)
+    if missing is not None:
+        return out + missing
+    out += [f"One person of {shapes['people']} erased per case by ASU and by KIF at their defaults, with the base",
+            "and a model retrained without the person (the oracle, on the base's own tokenizer) beside them;",
+            "all four verified by the default policy against the shape's control records (people never",
+            f"trained on).  The bases train up to {shapes['max_steps']} steps (tiny preset).  Built by `bench/shapes.py`",
+            "from the fixtures of tests/real_shaped.py.", ""]
+    header = ["shape / arch / tokenizer", "memorised", "candidate", "verdict", "checks", "leak (subj / ctrl)",
+              "MIA Min-K% / zlib / span", "latent", "retained", "relearn", "4-bit", "failed"]
+    rows: list[list[str]] = []
+    for key, case in shapes["cases"].items():
+        if _missing_family(key, case) is not None:
+            rows.append([key, "-", "-", f"not measured: {case.get('not_measured')}", *["-"] * 8])
+            continue
+        for name in ("base", "oracle", "asu", "kif"):
+            r = case[name]
+            m = r["metrics"]
+            rows.append([
+                key if name == "base" else "", fmt(case["memorised"]["accuracy"]) if name == "base" else "", name,
+                ("PASS" if r["passed"] else "**FAIL**") + (f" ({r['guarantee']})" if r.get("guarantee") else ""),
+                f"{r['checks_passed']}/{r['checks']}",
+                f"{fmt(m.get('leakage.forget'))} / {fmt(m.get('leakage.control'))}",
+                f"{fmt(m.get('mia.auc'))} / {fmt(m.get('mia.zlib_auc'))} / {fmt(m.get('mia.span_auc'))}",
+                fmt(m.get("latent.residual_ratio")), fmt(m.get("utility.retain_ratio")),
+                fmt(m.get("attack.relearn_recovery")), fmt(m.get("attack.quant4_leakage")),
+                "; ".join(r["failed"]) or "-",
+            ])
+    return out + _table(header, rows)
 
 
 def _service(service: Any) -> list[str]:
@@ -400,10 +453,18 @@ def render_markdown(results: dict[str, Any], *, docs: Path) -> str:
     if meta["mode"] != "full":
         lines += ["**This is the quick smoke run** (tiny preset, one seed, short load tests): its figures show that",
                   "the harness works, not how the service performs.  `make bench` measures the real thing.", ""]
-    lines += _quality(results.get("quality"), plots, docs)
-    lines += _continual(results.get("continual"), plots, docs)
-    lines += _cost(results.get("cost"))
-    lines += _service(results.get("service"))
+    carried = meta.get("carried") or {}
+    for family, section in (("quality", lambda: _quality(results.get("quality"), plots, docs)),
+                            ("continual", lambda: _continual(results.get("continual"), plots, docs)),
+                            ("cost", lambda: _cost(results.get("cost"))),
+                            ("shapes", lambda: _shapes(results.get("shapes"))),
+                            ("service", lambda: _service(results.get("service")))):
+        part = section()
+        if family in carried:  # figures of an earlier run, kept with --keep
+            was = carried[family]
+            part[2:2] = [f"*Carried over from the run of {was.get('date')} (`{was.get('command')}`, "
+                         f"{was.get('mode')} mode): not re-measured by this invocation.*", ""]
+        lines += part
     lines += METHODS_NOTE
     return "\n".join(lines).rstrip() + "\n"
 

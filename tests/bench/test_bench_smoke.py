@@ -97,6 +97,14 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
         "cost": {"step_time": {"ratios": {"asu_cached_gd": 1.02}, "per_step_s": {"asu_cached_gd": 0.02, "plain": 0.0196}},
                  "batching": not_measured("FileNotFoundError: no model")},
         "service": not_measured("OperationalError: PostgreSQL is down"),
+        "shapes": {"people": 30, "max_steps": 1500, "cases": {
+            "free_text/gpt2/gpt2": {"memorised": {"accuracy": 0.974}, **{
+                name: {"passed": ok, "guarantee": "weights", "checks_passed": n, "checks": 14,
+                       "failed": [] if ok else ["membership parity"],
+                       "metrics": {"leakage.forget": leak, "leakage.control": 0.0, "mia.auc": 0.55}}
+                for name, ok, n, leak in (("base", False, 5, 0.43), ("oracle", True, 14, 0.0),
+                                          ("asu", True, 14, 0.14), ("kif", False, 12, 0.0))}},
+            "chat/gpt_neox/llama": not_measured("RuntimeError: out of memory")}},
     }
     measure(results["cost"], "scan", lambda: 1 / 0)
     md_path, json_path = write_report(results, docs=tmp_path)
@@ -107,6 +115,10 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
     assert step[:4] == ["no", "15/16", "0.980", "0.960"] and step[-1] == "membership parity"
     assert "not measured: ZeroDivisionError" in md
     assert "Not measured: OperationalError: PostgreSQL is down" in md
+    # Other corpus shapes: a row per candidate, the case named once; a case that failed says why.
+    assert _cells(md, "free_text/gpt2/gpt2")[:4] == ["0.974", "base", "**FAIL** (weights)", "5/14"]
+    assert "|  |  | asu | PASS (weights) | 14/14 | 0.140 / 0.000 |" in md
+    assert "not measured: RuntimeError: out of memory" in md
     assert "0.125 ± 0.035" in md  # asu-kl forget leakage over its two seeds
     # One column per method, the oracle first; a row per check with its verdicts.
     assert _cells(md, "check") == ["retrain-oracle", "asu-kl", "graddiff"]
@@ -250,3 +262,21 @@ def test_the_retrain_oracle_reuses_the_base_models_tokenizer(
     model.resize_token_embeddings(len(own))
     save_checkpoint(model, own, other, {"method": "test", "seeds": {"seed": 0}})
     assert not same_tokenizer(other, tiny_assets.base_dir)
+
+
+def test_keep_carries_the_families_not_run_over_from_the_last_report_marked_with_its_date(tmp_path: Path) -> None:
+    from bench.__main__ import _carry_over
+
+    previous = {"meta": {"date": "2026-11-30 10:00 UTC", "command": "python -m bench run --full", "mode": "full"},
+                "cost": {"step_time": {"ratios": {"asu_cached_gd": 1.01}}}, "shapes": {"cases": {}}}
+    (tmp_path / "benchmarks.json").write_text(json.dumps(previous), encoding="utf-8")
+    results = {"meta": {"date": "2026-12-01 17:00 UTC", "command": "python -m bench run --full --only shapes",
+                        "mode": "full", "machine": {"cores": 2, "memory_gib": 23.5}},
+               "shapes": {"people": 30, "max_steps": 3000, "cases": {}}}
+    _carry_over(results, tmp_path / "benchmarks.json", ("shapes",))
+    assert results["cost"] == previous["cost"] and results["shapes"]["people"] == 30  # new figures win
+    assert results["meta"]["carried"] == {"cost": {"date": "2026-11-30 10:00 UTC",
+                                                   "command": "python -m bench run --full", "mode": "full"}}
+    md = write_report(results, docs=tmp_path / "docs")[0].read_text(encoding="utf-8")
+    assert "*Carried over from the run of 2026-11-30 10:00 UTC (`python -m bench run --full`, full mode)" in md
+    assert md.count("Carried over") == 1
