@@ -18,10 +18,12 @@ stranger.  Three parts of the engine use it:
   never saw, position by position (`unlearning.methods.targets`);
 * KIF's matched control prompts.
 
-Fresh names are recombinations of name parts seen elsewhere in the corpus when
-there are enough of them (a stranger with ordinary parts), else pronounceable
-pseudo-words; nothing generated ever equals a part of the subject's own
-identifiers.
+A fresh name part is as familiar to the model as the part it replaces would be
+to a model that never saw the subject: a part the rest of the corpus shows
+("Dmitri", shared with others) becomes another part the corpus shows; a part
+only the subject's records show becomes an ordinary name the corpus never
+shows (`unlearning.stranger_names`).  Nothing generated ever equals a part of
+the subject's own identifiers.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from unlearning.corpus import Message, Record
+from unlearning.stranger_names import FAMILY_NAMES, GIVEN_NAMES
 
 EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+(?<!\.)")
 URL = re.compile(r"\bhttps?://[^\s<>\"')]+")
@@ -138,7 +142,14 @@ _SYLLABLES = ("ka", "lo", "vi", "den", "mar", "su", "tor", "el", "qui", "zan", "
 
 @dataclass
 class FreshNames:
-    """A source of fresh name parts: recombined corpus name parts, else pseudo-words.
+    """A source of fresh name parts for strangers, matched to what the model knows.
+
+    `pool` comes from `name_parts_of` over records of other people.  A part of
+    the subject's name that those records show (a first name shared with
+    others) is replaced by another part they show, in the same role; a part
+    they never show is replaced by an ordinary name they never show either
+    (`unlearning.stranger_names`), as a model that never saw the subject meets
+    the subject's own name.  Pronounceable pseudo-words are the last resort.
 
     `part(like, key)` is deterministic in (`seed`, `key`): the same part of the
     same identity always gets the same fresh value, so one stranger keeps one
@@ -149,14 +160,18 @@ class FreshNames:
     avoid: frozenset[str] = frozenset()
     seed: str = "0"
 
+    @cached_property
+    def _parts(self) -> _PoolParts:
+        return _PoolParts.of(self.pool)
+
     def part(self, like: str, key: str | None = None, role: str | None = None) -> str:
         """A fresh word like `like`; `role` ("first" or "last") picks name parts seen in that role."""
         rng = random.Random(f"{self.seed}:{(key or like).casefold()}")
-        tagged = [entry.partition(":") for entry in self.pool if not entry.startswith("pair:")]
-        words = [(r if w else "", w or r) for r, _, w in tagged]
-        in_role = [w for r, w in words if role is not None and r == role]
-        usable = [w for w in (in_role if len(in_role) >= 8 else [w for _, w in words])
-                  if w.casefold() not in self.avoid]
+        parts = self._parts
+        usable = self._seen_like(role) if like.casefold() in parts.seen else []
+        if len(usable) < 8:
+            usable = [w for w in _unseen_names(role) if w.casefold() not in parts.seen
+                      and w.casefold() not in self.avoid]
         for _ in range(64):
             if len(usable) >= 8:
                 candidate = rng.choice(usable)
@@ -166,6 +181,58 @@ class FreshNames:
             if candidate.casefold() not in self.avoid and candidate.casefold() != like.casefold():
                 return candidate
         return _same_case(like, "".join(rng.choice(string.ascii_lowercase) for _ in range(7)))
+
+    def _seen_like(self, role: str | None) -> list[str]:
+        """Name parts the records show, in `role` where there are enough of them."""
+        parts = self._parts
+        in_role = [w for r, w in parts.strict if role is not None and r == role]
+        usable = [w for w in (in_role if len(in_role) >= 8 else [w for _, w in parts.strict])
+                  if w.casefold() not in self.avoid]
+        if len(usable) >= 8:
+            return usable
+        for source in (parts.near, parts.shown):
+            in_role = source.get(role or "", [])
+            words = in_role if len(in_role) >= 8 else [w for ws in source.values() for w in ws]
+            usable = [w for w in words if w.casefold() not in self.avoid]
+            if len(usable) >= 8:
+                return usable
+        return []
+
+
+@dataclass(frozen=True)
+class _PoolParts:
+    strict: list[tuple[str, str]]  # (role or "", part): parts pairing with several others
+    near: dict[str, list[str]]  # role -> parts of any recurring name
+    shown: dict[str, list[str]]  # role -> every word shown in a name, most frequent first
+    seen: frozenset[str]  # every word the records show in a name, casefolded
+
+    @classmethod
+    def of(cls, pool: Sequence[str]) -> _PoolParts:
+        strict: list[tuple[str, str]] = []
+        near: dict[str, list[str]] = {}
+        shown: dict[str, list[str]] = {}
+        seen: set[str] = set()
+        for entry in pool:
+            tag, _, rest = entry.partition(":")
+            if tag == "pair":
+                seen.update(w.casefold() for w in rest.split())
+            elif tag in ("near", "seen"):
+                role, _, word = rest.partition(":")
+                (near if tag == "near" else shown).setdefault(role, []).append(word)
+                seen.add(word.casefold())
+            else:
+                role, word = (tag, rest) if rest else ("", tag)
+                strict.append((role, word))
+                seen.add(word.casefold())
+        return cls(strict, near, shown, frozenset(seen))
+
+
+def _unseen_names(role: str | None) -> tuple[str, ...]:
+    if role == "first":
+        return GIVEN_NAMES
+    if role == "last":
+        return FAMILY_NAMES
+    return GIVEN_NAMES + FAMILY_NAMES
 
 
 def _same_case(like: str, text: str) -> str:
@@ -191,22 +258,33 @@ _NOT_NAMES = frozenset(
     "The This That These Those What Where When Which Who Whom Whose How Why Her His She They Their There "
     "Question Answer User Assistant System Mr Mrs Ms Dr Prof Sir Saint St January February March April May "
     "June July August September October November December Monday Tuesday Wednesday Thursday Friday Saturday "
-    "Sunday Street Road Avenue Lane Drive Award Prize Company Ltd Inc University".split()
+    "Sunday Street Road Avenue Lane Drive Award Prize Company Ltd Inc University"
+    # the second word of an organisation's name ("Lodestar Insurance", "Meadowlark Studios")
+    " Insurance Studio Studios Press Books Publishing Publishers Bank Group Labs Laboratories Partners"
+    " Holdings Foundation Trust Institute Museum Gallery Theatre Theater Hotel Cafe Restaurant Airlines"
+    " Airways Motors Systems Solutions Technologies Software Media Records Films Pictures Capital"
+    " Ventures Consulting Associates Society Club Council Agency Hospital Clinic School College"
+    " Academy Library Festival Orchestra Choir Games Industries Energy Foods Logistics Shipping"
+    " Brewery Bakery Works Workshop Corp Corporation GmbH LLC PLC".split()
 )
 _AFTER_THE = re.compile(r"\b[Tt]he\s+([A-Z][a-z]{2,})(?:\s+([A-Z][a-z]{2,}))?")
 _BIGRAM = re.compile(r"(?<![\w.])([A-Z][a-z]{2,})\s+([A-Z][a-z]{2,})(?![\w])")
 
 
 def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
-    """Parts of other people's names in `records`, tagged by role: ``first:Dana``, ``last:Whitlock``.
+    """Parts of other people's names in `records`, tagged, for `FreshNames`.
 
-    Name parts are the words of capitalised word pairs ("Dana Whitlock") that
-    occur in at least two records (a person's name recurs in their records) and
-    pair with at least two different partners, minus function words, titles,
-    months and the like, and minus words seen after "the" (the Morrow Fellowship, the
-    Crimson Garden: parts of prize, book and company names).  The role matters: a
-    surname where a first name belongs is no ordinary stranger's name, and a
-    model that copies first names it never saw may not copy that one.
+    ``first:Dana`` and ``last:Whitlock`` are the words of capitalised word
+    pairs ("Dana Whitlock") that occur in at least two records (a person's name
+    recurs in their records) and pair with at least two different partners,
+    minus function words, titles, months and the like, and minus words seen
+    after "the" (the Morrow Fellowship, the Crimson Garden: parts of prize, book
+    and company names).  The role matters: a surname where a first name belongs
+    is no ordinary stranger's name, and a model that copies first names it
+    never saw may not copy that one.  ``near:first:Dana`` are the parts of any
+    recurring name (for corpora of few people), ``pair:Dana Whitlock`` the
+    recurring names themselves (no stranger may get one), and ``seen:first:Dana``
+    every word the records show in a name at all, most frequent first.
     """
     pairs: dict[tuple[str, str], int] = {}
     titled: set[str] = set()  # words after "the": parts of book, prize and company names
@@ -214,7 +292,7 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
         seen: set[tuple[str, str]] = set()
         for text in record_texts(record):
             for first, last in _BIGRAM.findall(text):
-                if first not in _NOT_NAMES and last not in _NOT_NAMES:
+                if not {first, last} & _NOT_NAMES and last not in _STREET_WORDS:
                     seen.add((first, last))
             for match in _AFTER_THE.finditer(text):
                 titled.update(w for w in match.groups() if w)
@@ -232,7 +310,14 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
     firsts = {w for (role, w), others in partners.items() if role == 0 and len(others) >= 2}
     lasts = {w for (role, w), others in partners.items() if role == 1 and len(others) >= 2}
     known = [f"pair:{a} {b}" for (a, b), n in sorted(pairs.items()) if n >= 2]
-    return ([f"first:{w}" for w in sorted(firsts)] + [f"last:{w}" for w in sorted(lasts)])[:limit] + known
+    near = sorted({f"near:first:{a}" for a, _ in recurring} | {f"near:last:{b}" for _, b in recurring})
+    shown: dict[str, int] = {}  # every word seen in a name, however rarely: the model has met it
+    for (first, last), n in pairs.items():
+        shown[f"first:{first}"] = shown.get(f"first:{first}", 0) + n
+        shown[f"last:{last}"] = shown.get(f"last:{last}", 0) + n
+    ever = [f"seen:{w}" for w in sorted(sorted(shown), key=lambda w: -shown[w])[:5 * limit]]
+    return (([f"first:{w}" for w in sorted(firsts)] + [f"last:{w}" for w in sorted(lasts)])[:limit]
+            + known + near[:limit] + ever)
 
 
 @dataclass(frozen=True)
@@ -360,7 +445,8 @@ def _fresh_date(text: str, rng: random.Random) -> str:
 
 _STREET_WORDS = frozenset(
     "Street St Road Rd Avenue Ave Lane Ln Way Drive Dr Boulevard Blvd Court Ct Place Pl Square Sq "
-    "Terrace Close Crescent Gardens Row Hill Park Strasse Straße Weg Gasse Platz Allee".split()
+    "Terrace Close Crescent Gardens Row Hill Park Strasse Straße Weg Gasse Platz Allee Walk Quay Mews "
+    "Parade Grove Green Wharf".split()
 )
 
 

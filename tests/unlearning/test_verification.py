@@ -167,11 +167,10 @@ def test_a_model_retrained_without_the_subject_passes_the_forgetting_checks(
             assert check.passed and check.status == "measured", (check, m)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine finding: on the 24-person corpus the stranger identities membership compares with get "
-    "pseudo-word names (fewer than 8 recurring name parts), which score low under any model, so the "
-    "zlib-ratio membership AUC of a model that never saw the subject is about 0.9, not 0.5"))
 def test_a_model_retrained_without_the_subject_passes_verification(retrained_report: Report) -> None:
+    # Its strangers are as familiar as the subject is to it: the subject's first name, shared
+    # with others in the corpus, becomes another one the corpus shows; the surname, only the
+    # subject's, becomes an ordinary name the corpus never shows (unlearning.stranger_names).
     assert retrained_report.passed, [(c.name, c.value, c.threshold) for c in retrained_report.failed_checks]
 
 
