@@ -219,7 +219,7 @@ class _Gather(torch.autograd.Function):
     """All ranks' shares concatenated (the whole batch); backward: this rank's rows' gradient."""
 
     @staticmethod
-    def forward(ctx: Any, local: torch.Tensor, rows: int, rank: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, local: torch.Tensor, rows: int, rank: int) -> torch.Tensor:
         import torch.distributed as dist
 
         local = local.contiguous()
@@ -229,7 +229,7 @@ class _Gather(torch.autograd.Function):
         return torch.cat(parts)[:rows]
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
         lo = min(ctx.rows, ctx.rank * ctx.chunk)
         mine = grad[lo:lo + ctx.chunk]
         out = grad.new_zeros((ctx.chunk, *grad.shape[1:]))
@@ -239,7 +239,7 @@ class _Gather(torch.autograd.Function):
 
 def _gather_value(value: Any, rows: int, chunk: int, w: World) -> Any:
     if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == chunk:
-        return _Gather.apply(value, rows, w.rank)
+        return _Gather.apply(value, rows, w.rank)  # type: ignore[no-untyped-call]
     if isinstance(value, tuple | list) and value and all(isinstance(v, torch.Tensor) for v in value):
         return type(value)(_gather_value(v, rows, chunk, w) for v in value)
     return value
@@ -325,9 +325,10 @@ def sync_gradients(params: Sequence[nn.Parameter]) -> None:
     def flush() -> None:
         if not bucket:
             return
-        flat = _flatten_dense_tensors(bucket)
+        flat = _flatten_dense_tensors(bucket)  # type: ignore[no-untyped-call]
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        for grad, summed in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
+        for grad, summed in zip(bucket, _unflatten_dense_tensors(flat, bucket),  # type: ignore[no-untyped-call]
+                                 strict=True):
             grad.copy_(summed)
         bucket.clear()
 
@@ -340,3 +341,65 @@ def sync_gradients(params: Sequence[nn.Parameter]) -> None:
         bucket.append(grad)
         size += grad.numel()
     flush()
+
+
+# ------------------------------------------------------------------ sharded parameters (FSDP2)
+
+
+def fsdp_shard(model: nn.Module, w: World) -> None:
+    """Shard the model in place with FSDP2: one unit per transformer block, then the root.
+
+    The blocks are the classes the model names in `_no_split_modules` (what accelerate's
+    ``transformer_based_wrap`` shards by); parameters become DTensor shards.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cuda" if w.device.startswith("cuda") else "cpu", (w.size,))
+    blocks: set[str] = set()
+    for module in model.modules():
+        blocks |= set(getattr(module, "_no_split_modules", None) or ())
+    for module in list(model.modules())[1:]:
+        if type(module).__name__ in blocks:
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def fsdp_unshard(model: nn.Module) -> None:
+    """Undo `fsdp_shard` in place: full weights in plain parameters on every rank, FSDP's hooks off.
+
+    Collective (every rank gathers every parameter, in the same order).  Parameters that
+    were shared (tied embeddings) stay one parameter.
+    """
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    sharded: list[Any] = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for module in sharded:
+        module.reshard()
+    full: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if isinstance(param, DTensor):
+                if id(param) not in full:
+                    full[id(param)] = nn.Parameter(param.full_tensor().detach().clone(),
+                                                   requires_grad=param.requires_grad)
+                module._parameters[name] = full[id(param)]
+    for module in sharded:
+        state = module._get_fsdp_state()
+        for handle in (getattr(state, "_pre_forward_hook_handle", None),
+                       getattr(state, "_post_forward_hook_handle", None)):
+            if handle is not None:
+                handle.remove()
+        group = getattr(state, "_fsdp_param_group", None)
+        if group is not None:
+            for handles in (group._module_to_pre_save_state_dict_hook_handle,
+                            group._module_to_pre_load_state_dict_hook_handle):
+                for handle in handles.values():
+                    handle.remove()
+            for fsdp_param in group.fsdp_params:
+                handle = getattr(fsdp_param, "_post_load_hook_handle", None)
+                if handle is not None:
+                    handle.remove()
+        original = [base for base in type(module).__bases__ if base is not FSDPModule]
+        module.__class__ = original[0]

@@ -115,9 +115,10 @@ def erase(
                 return erase(model_dir, sets, method=method, out_dir=out_dir, hparams=hparams,
                              progress=progress if launched[0] == 0 else None, device=device)
         if processes > 1:
-            return distributed.launch(erase, processes, model_dir, sets, shard=sharding,
-                                      child_kwargs={"progress": None}, method=method, out_dir=out_dir,
-                                      hparams=hparams, progress=progress, device=device)
+            result: EraseResult = distributed.launch(
+                erase, processes, model_dir, sets, shard=sharding, child_kwargs={"progress": None},
+                method=method, out_dir=out_dir, hparams=hparams, progress=progress, device=device)
+            return result
     world = distributed.current()
     if world is not None:
         device = world.device
@@ -177,7 +178,7 @@ def _save_on_main(world: Any, model: Any, tokenizer: Any, out_dir: str | Path, m
     if world.main:
         try:
             box[0] = save_checkpoint(model, tokenizer, out_dir, metadata)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the other ranks must hear of it, then it is raised
             box[0] = exc
     dist.broadcast_object_list(box, src=0)
     if isinstance(box[0], BaseException):

@@ -28,7 +28,7 @@ LOSS_TOLERANCE = 1e-4
 WEIGHT_TOLERANCE = 1e-4
 # Uneven on purpose: 5 forget rows split 3 + 2, 7 retain rows 4 + 3.
 ASU_HPARAMS = {"steps": 3, "batch_size": 5, "retain_batch_size": 7, "latent_weight": 1.0,
-               "retain_latent_weight": 0.5}
+               "retain_latent_weight": 0.5, "told_answers": False}  # no generation: a lean test
 GRADDIFF_HPARAMS = {"steps": 3, "batch_size": 3, "retain_batch_size": 5}
 
 
@@ -75,25 +75,35 @@ def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> f
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
-def test_asu_on_two_processes_has_the_one_process_losses_and_weights(
-    tiny_corpus_dir: Path, tiny_arch_model_dir: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the spawned ranks inherit it
+@pytest.fixture(scope="module")
+def one_process_asu(tiny_corpus_dir: Path, tiny_arch_model_dir: Any,
+                    tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Path, list[float]]:
+    """(base, sets, checkpoint, per-step losses) of the one-process ASU run."""
     base = tiny_arch_model_dir("llama")
     sets = _sets(tiny_corpus_dir)
     assert len(sets.forget) > ASU_HPARAMS["batch_size"]  # several batches, the last one partial
+    out = tmp_path_factory.mktemp("asu_one")
+    _recorded_asu(base, sets, out / "model", out / "losses")
+    return base, sets, out / "model", json.loads((out / "losses.0").read_text())
 
-    _recorded_asu(base, sets, tmp_path / "one", tmp_path / "one-losses")
-    distributed.launch(_recorded_asu, 2, base, sets, tmp_path / "two", tmp_path / "two-losses")
 
-    one = json.loads((tmp_path / "one-losses.0").read_text())
+@pytest.mark.parametrize("sharding", ["none", "fsdp"])
+def test_asu_on_two_processes_has_the_one_process_losses_and_weights(
+    one_process_asu: tuple[Path, Any, Path, list[float]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    sharding: str,
+) -> None:
+    """Data-parallel (weights replicated) and FSDP2 (weights sharded, gathered back at the end)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the spawned ranks inherit it
+    base, sets, one_dir, one = one_process_asu
+    distributed.launch(_recorded_asu, 2, base, sets, tmp_path / "two", tmp_path / "two-losses", shard=sharding)
+
     two = [json.loads((tmp_path / f"two-losses.{rank}").read_text()) for rank in (0, 1)]
     assert len(one) == ASU_HPARAMS["steps"] and two[0] == two[1]  # every rank computes the whole loss
     gap = max(abs(a - b) for a, b in zip(one, two[0], strict=True))
-    print(f"ASU per-step losses, 1 vs 2 processes: {one} vs {two[0]}; max difference {gap:.2e}")
+    print(f"ASU ({sharding}) per-step losses, 1 vs 2 processes: {one} vs {two[0]}; max difference {gap:.2e}")
     assert gap < LOSS_TOLERANCE
-    weights = _max_difference(_weights(tmp_path / "one"), _weights(tmp_path / "two"))
-    print(f"ASU final weights: max difference {weights:.2e}")
+    weights = _max_difference(_weights(one_dir), _weights(tmp_path / "two"))
+    print(f"ASU ({sharding}) final weights: max difference {weights:.2e}")
     assert weights < WEIGHT_TOLERANCE
     assert _max_difference(_weights(base), _weights(tmp_path / "two")) > 1e-3  # it did train
 
@@ -101,6 +111,7 @@ def test_asu_on_two_processes_has_the_one_process_losses_and_weights(
 def test_erase_with_two_processes_writes_the_one_process_checkpoint(
     tiny_corpus_dir: Path, tiny_arch_model_dir: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The public entry point: erase(processes=2) spawns the second rank itself."""
     from unlearning.checkpoints import read_metadata
     from unlearning.erase import erase
 
@@ -118,6 +129,7 @@ def test_erase_with_two_processes_writes_the_one_process_checkpoint(
     print(f"graddiff: final loss difference {gap:.2e}, weights max difference {weights:.2e}")
     assert gap < LOSS_TOLERANCE
     assert weights < WEIGHT_TOLERANCE
+    assert _max_difference(_weights(base), _weights(tmp_path / "two")) > 1e-3  # it did train
 
 
 def test_a_failing_rank_makes_the_launch_raise() -> None:
@@ -142,3 +154,25 @@ def test_processes_setting() -> None:
             distributed.resolve_processes(bad)
     with pytest.raises(ValueError, match="sharding"):
         distributed.resolve_sharding("zero3")
+
+
+def test_each_rank_takes_a_contiguous_share_and_the_gather_restores_the_batch() -> None:
+    for rows, size in ((5, 2), (1, 2), (5, 4), (8, 2)):
+        seen: list[int] = []
+        for rank in range(size):
+            index, lo, hi = distributed._share(rows, distributed.World(rank, size, "cpu"))
+            assert len(index) == -(-rows // size)
+            seen += index.tolist()[: hi - lo]
+        assert seen == list(range(rows))  # concatenated shares, padding cut off: the batch in order
+
+
+def test_compose_has_a_multi_gpu_worker_on_the_gpu_queue() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    service = yaml.safe_load((root / "docker-compose.yml").read_text(encoding="utf-8"))["services"]["worker-multigpu"]
+    assert service["profiles"] == ["multigpu"]
+    assert "-Q gpu" in " ".join(service["command"]) and "--concurrency 1" in " ".join(service["command"])
+    assert service["environment"]["UNLEARN_PROCESSES"] == "auto"
+    distributed.resolve_sharding(service["environment"]["UNLEARN_SHARDING"])
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["count"] > 1

@@ -182,8 +182,16 @@ def run_training(
     params = [p for group in groups for p in group["params"]]
     world = distributed.current()
     split: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    sharded = False
     if world is not None:
         distributed.broadcast_parameters(params)
+        if world.shard == "fsdp" and param_groups is None:
+            distributed.fsdp_shard(model, world)
+            groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
+            params = list(groups[0]["params"])
+            sharded = True
+        elif world.shard == "fsdp":
+            logger.warning("%s: parameter groups of their own: not sharded (FSDP), data-parallel only", stage)
         split = distributed.sharded_forward(model, world)
     optimiser = torch.optim.AdamW(groups, lr=hp.lr, betas=(hp.beta1, hp.beta2), weight_decay=hp.weight_decay)
     warmup = max(1, int(steps * hp.warmup_fraction))
@@ -203,8 +211,12 @@ def run_training(
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"{stage}: non-finite loss at step {step}")
             optimiser.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            if world is not None:
+            if sharded:
+                # FSDP averages the ranks' gradients; each holds its rows' share of the sum.
+                (loss * world.size).backward()  # type: ignore[union-attr]
+            else:
+                loss.backward()  # type: ignore[no-untyped-call]
+            if world is not None and not sharded:
                 distributed.sync_gradients(params)
             if hp.clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(params, hp.clip_norm)
@@ -212,6 +224,8 @@ def run_training(
             scheduler.step()
             losses.append(float(loss.detach()))
             tracker.report(step + 1)
+    if sharded:
+        distributed.fsdp_unshard(model)
     model.eval()
     tail = losses[-max(1, len(losses) // 10):]
     logger.info("%s: %s steps in %.1fs, final loss %.4f", stage, steps, time.monotonic() - started,
