@@ -270,3 +270,12 @@ def code_version() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return done.stdout.strip() or "unknown"
+
+
+def unlearn_parallelism() -> tuple[str, str]:
+    """How the unlearning stage spreads over this worker's devices, as set, not yet resolved:
+    `UNLEARN_PROCESSES` (a number of ranks, or `auto`: one per CUDA device; default 1) and
+    `UNLEARN_SHARDING` (`none`, or `fsdp` to shard the parameters too; default none).
+    `unlearning.distributed` resolves them (it needs torch, which this module never imports)."""
+    return (os.environ.get("UNLEARN_PROCESSES", "1").strip() or "1",
+            os.environ.get("UNLEARN_SHARDING", "none").strip() or "none")

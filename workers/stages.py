@@ -316,17 +316,24 @@ def _plain(hparams: Any) -> dict[str, Any]:
 
 
 def _erase(plan: _UnlearnPlan, run: StageRun) -> Any:
+    from unlearning.distributed import resolve_processes, resolve_sharding
     from unlearning.erase import erase
+    from workers.runtime import unlearn_parallelism
 
+    # Several ranks on a worker with several GPUs (UNLEARN_PROCESSES): this process is
+    # rank 0, so the heartbeat and the progress reports go on as in one process.
+    processes_setting, sharding_setting = unlearn_parallelism()
+    processes, sharding = resolve_processes(processes_setting), resolve_sharding(sharding_setting)
     out_dir = workfiles.candidate_dir_of(plan.model_name, plan.job_id, plan.round,
                                          plan.base_version, plan.claim)
     run.owned.append(out_dir)
     sets = workfiles.sets_load(plan.job_id, plan.sets_file)
     with heartbeat(run):
         result = erase(plan.base_dir, sets, method=plan.method, out_dir=out_dir,
-                       hparams=plan.hparams or None, progress=ProgressReporter(run))
-    log.info("job %s: %s round %s wrote %s in %.1f s", plan.job_id, plan.method, plan.round,
-             out_dir.name, result.seconds)
+                       hparams=plan.hparams or None, progress=ProgressReporter(run),
+                       processes=processes, sharding=sharding)
+    log.info("job %s: %s round %s wrote %s in %.1f s on %s process(es)", plan.job_id, plan.method,
+             plan.round, out_dir.name, result.seconds, processes)
     return result
 
 

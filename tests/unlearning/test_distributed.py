@@ -176,3 +176,18 @@ def test_compose_has_a_multi_gpu_worker_on_the_gpu_queue() -> None:
     assert service["environment"]["UNLEARN_PROCESSES"] == "auto"
     distributed.resolve_sharding(service["environment"]["UNLEARN_SHARDING"])
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["count"] > 1
+
+
+def test_the_worker_and_the_cli_take_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from unlearning.cli import build_parser
+    from workers.runtime import unlearn_parallelism
+
+    monkeypatch.delenv("UNLEARN_PROCESSES", raising=False)
+    monkeypatch.delenv("UNLEARN_SHARDING", raising=False)
+    assert unlearn_parallelism() == ("1", "none")
+    monkeypatch.setenv("UNLEARN_PROCESSES", "auto")
+    monkeypatch.setenv("UNLEARN_SHARDING", "fsdp")
+    assert unlearn_parallelism() == ("auto", "fsdp")
+    args = build_parser().parse_args(["erase", "--model", "m", "--corpus", "c", "--subject", "Ann Lee",
+                                      "--out", "o", "--processes", "auto", "--sharding", "fsdp"])
+    assert (args.processes, args.sharding) == ("auto", "fsdp")
