@@ -107,8 +107,8 @@ RECORD_DTYPE = np.dtype([("shard", "<u4"), ("length", "<u4"), ("line", "<u8"), (
                          ("ordinal", "<u8")])
 POSTING_DTYPE = np.dtype([("key", "<u8"), ("record", "<u4")])
 BUCKET_POSTINGS = 4_000_000  # postings per bucket the build aims for (12 bytes each, sorted in memory)
-FLUSH_POSTINGS = 4_000_000
-CACHE_TOKENS = 2_000_000  # tokens whose hashes a build keeps between blocks (in memory only)  # postings held before they are spilled into the buckets
+FLUSH_POSTINGS = 1_000_000  # postings held before they are spilled into the buckets (12 MB)
+CACHE_TOKENS = 2_000_000  # tokens whose hashes a build keeps between blocks (in memory only)
 
 
 class IndexUnusable(RuntimeError):
