@@ -49,7 +49,7 @@ from unlearning.corpus import (
 from unlearning.corpus.sampling import lowest_ranked
 from unlearning.corpus.scan import GroupKey, Hit, PoolEntry, group_key
 from unlearning.probes import PROBE_KINDS, Probe, build_probes
-from unlearning.subjects import Subject
+from unlearning.subjects import Subject as Subject  # re-exported: callers build sets for Subjects
 from unlearning.text_matching import MultiMatcher
 
 SET_RULE = "sets-v3"  # the matching, grouping and retain rule above (stated in the manifest)
