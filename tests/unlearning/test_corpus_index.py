@@ -61,6 +61,7 @@ def test_the_index_gives_byte_identical_sets_to_the_reference_and_the_scan(
     monkeypatch.setattr(formats, "BLOCK", 997)  # many block boundaries, in the build and the re-reads
     monkeypatch.setattr(index_module, "FLUSH_POSTINGS", 500)  # many spills
     monkeypatch.setattr(index_module, "BUCKET_POSTINGS", 200)  # several buckets
+    monkeypatch.setattr(index_module, "RANK_CHUNK", 37)  # the pool ranked in many chunks
     paths = corpora(tmp_path, seed)
     tombstoned = {"r00003", "r00010", "r00200"}
     for name, path in paths.items():

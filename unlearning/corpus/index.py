@@ -108,7 +108,8 @@ RECORD_DTYPE = np.dtype([("shard", "<u4"), ("length", "<u4"), ("line", "<u8"), (
 POSTING_DTYPE = np.dtype([("key", "<u8"), ("record", "<u4")])
 BUCKET_POSTINGS = 4_000_000  # postings per bucket the build aims for (12 bytes each, sorted in memory)
 FLUSH_POSTINGS = 1_000_000  # postings held before they are spilled into the buckets (12 MB)
-CACHE_TOKENS = 2_000_000  # tokens whose hashes a build keeps between blocks (in memory only)
+RANK_CHUNK = 1 << 22  # record positions ranked at a time for the retain pool (32 MB)
+CACHE_TOKENS = 250_000  # tokens whose hashes a build keeps between blocks (in memory only; ids never repeat)
 
 
 class IndexUnusable(RuntimeError):
@@ -586,13 +587,19 @@ def _index_pool(index: CorpusIndex, source: CorpusSource, *, seed: int, threshol
     """The indexed records under a rank threshold, as `scan_shard` samples them (pending lines)."""
     if not threshold or not len(index.positions):
         return []
-    keys = ranks(np.asarray(index.positions), seed)
-    chosen = np.arange(len(keys)) if threshold >= RANK_SPACE else np.flatnonzero(keys < np.uint64(threshold))
+    numbers: list[np.ndarray] = []
+    kept: list[np.ndarray] = []
+    for start in range(0, len(index.positions), RANK_CHUNK):  # memory: one chunk, whatever the corpus
+        keys = ranks(np.asarray(index.positions[start:start + RANK_CHUNK]), seed)
+        chosen = np.arange(len(keys)) if threshold >= RANK_SPACE else np.flatnonzero(keys < np.uint64(threshold))
+        numbers.append(chosen + start)
+        kept.append(keys[chosen])
+    rank_of = dict(zip(np.concatenate(numbers).tolist(), np.concatenate(kept).tolist(), strict=True))
     out: list[Sampled] = []
-    for shard, number, row, raw in index.read(source, chosen):
+    for shard, number, row, raw in index.read(source, np.concatenate(numbers)):
         line = int(row["line"])
         prefix = "" if source.single else f"{shard.name}:"
-        out.append((int(keys[number]), shard.position(line),
+        out.append((rank_of[number], shard.position(line),
                     Pending(str(shard.path), str(line + 1), raw, prefix, int(row["ordinal"]))))
     return out
 
