@@ -95,23 +95,65 @@ def audit_append(
     database did.  The returned event is a detached copy of the row.
     """
     head = chain_head_lock(session, name=AUDIT_CHAIN)
-    moment = at or utcnow()
-    details_text = canonical_json(dict(details or {}))
-    seq = head.seq + 1
-    values = {"seq": seq, "at": moment, "actor": actor, "action": action,
-              "object_type": object_type, "object_ref": object_ref, "details": details_text,
-              "prev_hash": head.hash}
-    values["hash"] = audit_event_hash(
-        seq=seq, at=moment, actor=actor, action=action, object_type=object_type,
-        object_ref=object_ref, details=details_text, prev_hash=head.hash,
-    )
+    values = _next_event(head.seq, head.hash, actor=actor, action=action, object_type=object_type,
+                         object_ref=object_ref, details=details, at=at)
     session.execute(insert(AuditEvent).values(**values))
     session.execute(update(ChainHead).where(ChainHead.name == AUDIT_CHAIN)
-                    .values(seq=seq, hash=values["hash"]))
+                    .values(seq=values["seq"], hash=values["hash"]))
     # Keep the locked head object in step with its row for callers that hold it.
-    set_committed_value(head, "seq", seq)
+    set_committed_value(head, "seq", values["seq"])
     set_committed_value(head, "hash", values["hash"])
-    logger.info("audit %s %s %s:%s seq=%s", actor, action, object_type, object_ref, seq)
+    logger.info("audit %s %s %s:%s seq=%s", actor, action, object_type, object_ref, values["seq"])
+    return AuditEvent(**values)
+
+
+def _next_event(head_seq: int, head_hash: str, *, actor: str, action: str, object_type: str,
+                object_ref: str, details: Mapping[str, Any] | None, at: datetime | None) -> dict[str, Any]:
+    """Every stored field of the event that follows the head (head_seq, head_hash)."""
+    moment = at or utcnow()
+    details_text = canonical_json(dict(details or {}))
+    seq = head_seq + 1
+    values: dict[str, Any] = {"seq": seq, "at": moment, "actor": actor, "action": action,
+                              "object_type": object_type, "object_ref": object_ref,
+                              "details": details_text, "prev_hash": head_hash}
+    values["hash"] = audit_event_hash(
+        seq=seq, at=moment, actor=actor, action=action, object_type=object_type,
+        object_ref=object_ref, details=details_text, prev_hash=head_hash,
+    )
+    return values
+
+
+# The same append on PostgreSQL for a caller that talks to the driver itself (the API's
+# request filing sends its statements in two pipelined round trips): lock the head with
+# AUDIT_HEAD_LOCK_PG, then hand the row it returned to ``audit_append_pg``.
+AUDIT_HEAD_LOCK_PG = "SELECT seq, hash FROM chain_heads WHERE name = %s FOR UPDATE"
+_PG_INSERT_EVENT = ("INSERT INTO audit_events (seq, at, actor, action, object_type, object_ref, "
+                    "details, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
+_PG_ADVANCE_HEAD = "UPDATE chain_heads SET seq = %s, hash = %s WHERE name = %s"
+
+
+def audit_append_pg(
+    cursor: Any,
+    *,
+    head: tuple[int, str],
+    actor: str,
+    action: str,
+    object_type: str,
+    object_ref: str,
+    details: Mapping[str, Any] | None = None,
+    at: datetime | None = None,
+) -> AuditEvent:
+    """``audit_append`` through a psycopg cursor of the caller's transaction, which already
+    holds the audit head's lock (``head`` is the (seq, hash) that AUDIT_HEAD_LOCK_PG
+    returned, read in this transaction).  The event and the head move are sent, not
+    awaited: in a pipeline, their errors surface at the caller's next sync."""
+    values = _next_event(head[0], head[1], actor=actor, action=action, object_type=object_type,
+                         object_ref=object_ref, details=details, at=at)
+    cursor.execute(_PG_INSERT_EVENT, (
+        values["seq"], values["at"].astimezone(UTC), actor, action, object_type, object_ref,
+        values["details"], values["prev_hash"], values["hash"]))
+    cursor.execute(_PG_ADVANCE_HEAD, (values["seq"], values["hash"], AUDIT_CHAIN))
+    logger.info("audit %s %s %s:%s seq=%s", actor, action, object_type, object_ref, values["seq"])
     return AuditEvent(**values)
 
 

@@ -3,12 +3,17 @@ Everything about erasure lives in the domain (SQLAlchemy) tables; roles are Djan
 groups created by a data migration."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.contrib.auth import get_user_model
+from django.db import connection, models
 from django.utils import timezone
 
 TOKEN_PREFIX = "ert_"
@@ -105,10 +110,90 @@ def api_token_create(*, user: models.Model, name: str, scope: str | None = None,
 
 
 def api_token_find(plaintext: str) -> ApiToken | None:
-    """The token with this plaintext, whatever its state (None for a string never issued)."""
+    """The token with this plaintext, whatever its state (None for a string never issued).
+
+    Its user comes with it, and so do the user's roles (``roles.user_roles`` answers from
+    them without a query of its own): one SELECT per API call instead of two, written
+    once as plain SQL because compiling the ORM's join cost more than the database did."""
     if not plaintext.startswith(TOKEN_PREFIX) or len(plaintext) > 200:
         return None
-    return ApiToken.objects.select_related("user").filter(digest=token_digest(plaintext)).first()
+    from deletion.web.roles import ROLES, remember_roles
+
+    shape = _token_query()
+    with connection.cursor() as cursor:
+        cursor.execute(shape.sql, [*ROLES, token_digest(plaintext)])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    first = rows[0]
+    token = ApiToken.from_db(connection.alias, shape.token_fields, _db_values(first[:shape.split], shape.token_dates, shape.token_flags))
+    user = get_user_model().from_db(connection.alias, shape.user_fields,
+                                    _db_values(first[shape.split:-1], shape.user_dates, shape.user_flags))
+    remember_roles(user, {row[-1] for row in rows if row[-1] is not None})
+    token.user = user  # the relation's cache: no query on token.user
+    return token
+
+
+@dataclass(frozen=True)
+class _TokenQuery:
+    sql: str
+    token_fields: list[str]
+    user_fields: list[str]
+    split: int  # where the user's columns start in a row
+    # Positions of the datetime and boolean columns (SQLite hands back text and integers).
+    token_dates: frozenset[int]
+    user_dates: frozenset[int]
+    token_flags: frozenset[int]
+    user_flags: frozenset[int]
+
+
+@functools.cache
+def _token_query() -> _TokenQuery:
+    """token JOIN user LEFT JOIN (their groups that are roles): one row per role held."""
+    from deletion.web.roles import ROLES
+
+    user_model = get_user_model()
+    quote = connection.ops.quote_name
+    token_cols = list(ApiToken._meta.concrete_fields)
+    user_cols = list(user_model._meta.concrete_fields)
+    through = user_model._meta.get_field("groups").remote_field.through
+    group_model = user_model._meta.get_field("groups").related_model
+    user_fk = through._meta.get_field("user").column
+    group_fk = through._meta.get_field("group").column
+    columns = [f"t.{quote(f.column)}" for f in token_cols] + [f"u.{quote(f.column)}" for f in user_cols]
+    placeholders = ", ".join(["%s"] * len(ROLES))
+    sql = (
+        f"SELECT {', '.join(columns)}, g.{quote('name')} "
+        f"FROM {quote(ApiToken._meta.db_table)} t "
+        f"JOIN {quote(user_model._meta.db_table)} u ON u.{quote(user_model._meta.pk.column)} = t.{quote('user_id')} "
+        f"LEFT JOIN {quote(through._meta.db_table)} ug ON ug.{quote(user_fk)} = u.{quote(user_model._meta.pk.column)} "
+        f"LEFT JOIN {quote(group_model._meta.db_table)} g ON g.{quote(group_model._meta.pk.column)} = "
+        f"ug.{quote(group_fk)} AND g.{quote('name')} IN ({placeholders}) "
+        f"WHERE t.{quote('digest')} = %s"
+    )
+
+    def positions(fields: list[Any], kind: type[models.Field[Any, Any]]) -> frozenset[int]:
+        return frozenset(i for i, f in enumerate(fields) if isinstance(f, kind))
+
+    return _TokenQuery(sql=sql, token_fields=[f.attname for f in token_cols],
+                       user_fields=[f.attname for f in user_cols], split=len(token_cols),
+                       token_dates=positions(token_cols, models.DateTimeField),
+                       user_dates=positions(user_cols, models.DateTimeField),
+                       token_flags=positions(token_cols, models.BooleanField),
+                       user_flags=positions(user_cols, models.BooleanField))
+
+
+def _db_values(values: Sequence[Any], dates: frozenset[int], flags: frozenset[int]) -> list[Any]:
+    """What the ORM's converters would make of these values (SQLite returns times as text
+    and booleans as integers; PostgreSQL's driver already returns both typed)."""
+    out = list(values)
+    for i in dates:
+        if isinstance(out[i], str):
+            out[i] = connection.ops.convert_datetimefield_value(out[i], None, connection)
+    for i in flags:
+        if isinstance(out[i], int) and not isinstance(out[i], bool):
+            out[i] = bool(out[i])
+    return out
 
 
 def api_token_authenticate(plaintext: str) -> ApiToken | None:

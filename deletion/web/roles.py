@@ -2,7 +2,7 @@
 and the JSON API so that the two can never disagree."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import wraps
 from typing import Any
 
@@ -44,12 +44,19 @@ def user_roles(user: AbstractBaseUser | AnonymousUser) -> frozenset[str]:
         return frozenset()
     cached = getattr(user, "_erasure_roles", None)
     if cached is None:
-        names = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
-        if user.is_superuser:
-            names.add(ADMIN)
-        cached = frozenset(names)
-        user._erasure_roles = cached
+        cached = remember_roles(user, user.groups.filter(name__in=ROLES).values_list("name", flat=True))
     return cached
+
+
+def remember_roles(user: AbstractBaseUser, group_names: Iterable[str]) -> frozenset[str]:
+    """Cache on this user object the roles its role groups (names among ROLES) give it:
+    for a caller that read the groups already (the API's token look-up)."""
+    names = {name for name in group_names if name in ROLES}
+    if getattr(user, "is_superuser", False):
+        names.add(ADMIN)
+    roles = frozenset(names)
+    user._erasure_roles = roles  # type: ignore[attr-defined]
+    return roles
 
 
 def user_can(user: AbstractBaseUser | AnonymousUser, capability: str) -> bool:

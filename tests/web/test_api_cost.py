@@ -2,7 +2,8 @@
 
 Counted, not timed: the statements the domain runs and the writes Django makes.  On the
 first build a call ran 13 domain statements (the request read back, the blind-index
-look-up twice, the job and model re-read) and an UPDATE of the token on every call."""
+look-up twice, the job and model re-read) and an UPDATE of the token on every call;
+the token and its user's roles were two queries until they became one."""
 from __future__ import annotations
 
 import json
@@ -11,9 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from sqlalchemy import event
 
 from deletion.web.domain_session import domain_engine
 from deletion.web.models import api_token_create
@@ -22,17 +23,25 @@ from deletion.web.roles import OFFICER
 
 @contextmanager
 def domain_statements() -> Iterator[list[str]]:
+    """Every statement the domain's connections send, counted at the driver: the filing
+    talks to psycopg directly on PostgreSQL, which SQLAlchemy's events do not see."""
     seen: list[str] = []
-
-    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(statement)
-
     engine = domain_engine()
-    event.listen(engine, "before_cursor_execute", count)
+    assert engine.dialect.name == "postgresql"
+    original = psycopg.Cursor.execute
+    django_driver = connection.connection
+
+    def execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        # ";" is the pool's liveness ping on check-out, not a statement of the filing.
+        if cursor.connection is not django_driver and str(query) != ";":
+            seen.append(str(query))
+        return original(cursor, query, *args, **kwargs)
+
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign]
     try:
         yield seen
     finally:
-        event.remove(engine, "before_cursor_execute", count)
+        psycopg.Cursor.execute = original  # type: ignore[method-assign]
 
 
 def _file(client: Any, token: str, model_name: str, name: str) -> Any:
@@ -51,9 +60,11 @@ def test_filing_a_request_runs_each_domain_statement_once_and_reads_nothing_back
     body = response.json()
     assert body["status"] == "submitted" and body["job"] is None and body["model"] == model_name
     selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
-    # model, earlier requests (blind index), chain head FOR UPDATE; nothing read back.
-    assert len(selects) == 3, selects
+    # model, earlier requests (blind index), the new row's id, chain head FOR UPDATE;
+    # nothing read back.
+    assert len(selects) == 4, selects
     assert sum("subject_index" in s and s.lstrip().upper().startswith("SELECT") for s in statements) == 1
+    # ... and the reference counter, the request, its index rows, the event, the head.
     assert len(statements) <= 9, statements
 
 
@@ -65,3 +76,11 @@ def test_a_token_in_steady_use_is_not_rewritten_on_every_call(
         assert _file(client, token, model_name, f"Second {uuid.uuid4().hex[:8]}").status_code == 201
     writes = [q["sql"] for q in queries.captured_queries if "UPDATE" in q["sql"].upper()]
     assert writes == []
+
+
+def test_the_token_its_user_and_roles_are_one_query(client: Any, make_user: Any, model_name: str) -> None:
+    _, token = api_token_create(user=make_user(OFFICER), name="one-query")
+    assert _file(client, token, model_name, f"First {uuid.uuid4().hex[:8]}").status_code == 201
+    with CaptureQueriesContext(connection) as queries:
+        assert _file(client, token, model_name, f"Second {uuid.uuid4().hex[:8]}").status_code == 201
+    assert len(queries.captured_queries) == 1, [q["sql"] for q in queries.captured_queries]

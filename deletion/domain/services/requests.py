@@ -11,16 +11,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, make_transient_to_detached
 
 from deletion.domain import crypto, deadlines
-from deletion.domain.audit import audit_append
+from deletion.domain.audit import AUDIT_HEAD_LOCK_PG, audit_append, audit_append_pg
 from deletion.domain.canonical import canonical_time
+from deletion.domain.chains import AUDIT_CHAIN, chain_head_lock
 from deletion.domain.errors import NotFound, PermissionDenied, ValidationError
 from deletion.domain.gdpr import DENIAL_REASONS, GROUNDS, PRIORITIES
 from deletion.domain.models import ErasureRequest, Model, ReferenceCounter, SubjectIndex, utcnow
@@ -95,11 +96,6 @@ def request_submission(
         raise ValidationError("received_at", "needs a time zone")
     if received_at > now + CLOCK_SKEW:
         raise ValidationError("received_at", "lies in the future")
-    model = session.execute(select(Model).where(Model.name == model_name)).scalar_one_or_none()
-    if model is None:
-        raise ValidationError("model_name", "no such registered model")
-
-    keys = crypto.keyring()
     identifiers = SubjectIdentifiers(
         name=name,
         aliases=_clean(aliases),
@@ -107,6 +103,15 @@ def request_submission(
         phones=_clean(phones),
         notes=notes.strip(),
     )
+    if session.get_bind().dialect.name == "postgresql":
+        return _submission_pg(session, actor=actor, actor_id=actor_id, identifiers=identifiers,
+                              ground=ground, received_at=received_at, model_name=model_name,
+                              priority=priority, now=now)
+    model = session.execute(select(Model).where(Model.name == model_name)).scalar_one_or_none()
+    if model is None:
+        raise ValidationError("model_name", "no such registered model")
+
+    keys = crypto.keyring()
     reference = _next_reference(session, year=now.year)
     # Bound to this row's reference: a ciphertext moved to another request does not open.
     ciphertext, key_id = keys.encrypt_json(_as_json(identifiers), context=SUBJECT_CONTEXT,
@@ -149,6 +154,116 @@ def request_submission(
         },
     )
     return Submission(request=request, earlier=tuple(earlier))
+
+
+# The PostgreSQL path of request_submission: the same rows and the same audit event, sent
+# through the session's own psycopg connection (its transaction) in two pipelined round
+# trips instead of eight awaited statements.  The first asks everything that needs no
+# input from the database's answers, and takes both row locks (reference counter, then
+# audit head: the order the ORM path takes them in) if, and only if, the model exists;
+# the second writes.  So the locks are held for one round trip and the commit, not for
+# the whole filing: concurrent filings queue on them for less time.  The request's id
+# comes from its own sequence, as an INSERT would take it.
+_PG_MODEL_EXISTS = "EXISTS (SELECT 1 FROM models WHERE name = %s)"
+_PG_MODEL = "SELECT id, name FROM models WHERE name = %s"
+_PG_EARLIER = ("SELECT DISTINCT request_id FROM subject_index WHERE hmac = ANY(%s) "
+               "ORDER BY request_id")
+_PG_NEXT_ID = f"SELECT nextval(pg_get_serial_sequence('erasure_requests', 'id')) WHERE {_PG_MODEL_EXISTS}"
+_PG_REFERENCE = (f"INSERT INTO reference_counters (prefix, last) SELECT %s, 1 WHERE {_PG_MODEL_EXISTS} "
+                 "ON CONFLICT (prefix) DO UPDATE SET last = reference_counters.last + 1 "
+                 "RETURNING last")
+_PG_HEAD_LOCK = AUDIT_HEAD_LOCK_PG.replace(" FOR UPDATE", f" AND {_PG_MODEL_EXISTS} FOR UPDATE")
+_REQUEST_COLUMNS = tuple(c.key for c in ErasureRequest.__table__.columns)
+_PG_INSERT_REQUEST = (f"INSERT INTO erasure_requests ({', '.join(_REQUEST_COLUMNS)}) "
+                      f"VALUES ({', '.join(['%s'] * len(_REQUEST_COLUMNS))})")
+_PG_INSERT_INDEX = "INSERT INTO subject_index (request_id, kind, hmac, key_id) VALUES "
+
+
+def _submission_pg(
+    session: Session, *, actor: str, actor_id: int | None, identifiers: SubjectIdentifiers,
+    ground: str, received_at: datetime, model_name: str, priority: str, now: datetime,
+) -> Submission:
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    keys = crypto.keyring()
+    entries = _index_entries(keys, identifiers)
+    session.flush()  # whatever the caller added first must be visible to the driver's reads
+    driver = session.connection().connection.driver_connection
+    prefix = f"ER-{now.year}"
+    statement = "(pipeline)"
+    try:
+        with driver.pipeline() as pipeline:
+            model_q, earlier_q, id_q, number_q, head_q = (driver.cursor() for _ in range(5))
+            model_q.execute(_PG_MODEL, (model_name,))
+            earlier_q.execute(_PG_EARLIER, ([digest for _, digest in entries],))
+            id_q.execute(_PG_NEXT_ID, (model_name,))
+            number_q.execute(_PG_REFERENCE, (prefix, model_name))
+            head_q.execute(_PG_HEAD_LOCK, (AUDIT_CHAIN, model_name))
+            pipeline.sync()
+            model = model_q.fetchone()
+            earlier_ids = [row[0] for row in earlier_q.fetchall()]
+            next_id, counted, head = id_q.fetchone(), number_q.fetchone(), head_q.fetchone()
+        if model is None or next_id is None or counted is None:
+            raise ValidationError("model_name", "no such registered model")
+        request_id, number = next_id[0], counted[0]
+        if head is None:  # the very first audit event: create the genesis head (locked)
+            created = chain_head_lock(session, name=AUDIT_CHAIN)
+            head = (created.seq, created.hash)
+        earlier = list(session.execute(
+            select(ErasureRequest).where(ErasureRequest.id.in_(earlier_ids)).order_by(ErasureRequest.id)
+        ).scalars()) if earlier_ids else []
+        reference = f"{prefix}-{number:05d}"
+        ciphertext, key_id = keys.encrypt_json(_as_json(identifiers), context=SUBJECT_CONTEXT,
+                                               row=reference)
+        subject_hmac = keys.blind_index("name", identifiers.name)
+        stamp = utcnow()
+        values: dict[str, Any] = dict.fromkeys(_REQUEST_COLUMNS)
+        values.update(
+            id=request_id, reference=reference, subject_ciphertext=ciphertext, subject_key_id=key_id,
+            subject_ad_version=crypto.AD_ROW, subject_hmac=subject_hmac, blind_key_id=keys.blind_key_id,
+            ground=ground, received_at=received_at, due_at=deadlines.due_at(received_at),
+            model_id=model[0], priority=priority, status=RequestStatus.SUBMITTED,
+            submitted_by=actor, submitted_by_id=actor_id, created_at=stamp, updated_at=stamp,
+        )
+        with driver.pipeline():
+            cursor = driver.cursor()
+            statement = _PG_INSERT_REQUEST
+            cursor.execute(_PG_INSERT_REQUEST, tuple(_pg_value(v) for v in values.values()))
+            if entries:
+                statement = _PG_INSERT_INDEX
+                cursor.execute(_PG_INSERT_INDEX + ", ".join(["(%s, %s, %s, %s)"] * len(entries)),
+                               [x for kind, digest in entries for x in (request_id, kind, digest, keys.blind_key_id)])
+            statement = "audit_events"
+            audit_append_pg(
+                cursor, head=(head[0], head[1]), actor=actor, action="request.submitted",
+                object_type=OBJECT_TYPE, object_ref=reference,
+                details={
+                    "ground": ground, "priority": priority, "model": model[1],
+                    "received_at": canonical_time(received_at), "due_at": canonical_time(values["due_at"]),
+                    "subject_hmac": subject_hmac, "blind_key_id": keys.blind_key_id,
+                    "earlier_requests": [r.reference for r in earlier],
+                },
+            )
+    except psycopg.Error as exc:  # as SQLAlchemy would have raised it (IntegrityError, ...)
+        raise DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
+    # The row as the ORM would hold it after its own INSERT: persistent in this session,
+    # every column loaded.
+    request = ErasureRequest(**values)
+    make_transient_to_detached(request)
+    session.add(request)
+    return Submission(request=request, earlier=tuple(earlier))
+
+
+def _pg_value(value: Any) -> Any:
+    """A column value as the ORM's types would bind it (UTC times, enums by value)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: store aware UTC datetimes only")
+        return value.astimezone(UTC)
+    if isinstance(value, RequestStatus):
+        return value.value
+    return value
 
 
 def _request_only(submission: Callable[P, Submission]) -> Callable[P, ErasureRequest]:
