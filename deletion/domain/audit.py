@@ -10,6 +10,7 @@ data: references, HMACs and digests only.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,36 @@ _EVENT_FORMAT = (
     '{"action":%s,"actor":%s,"at":"%s","details":%s,"object_ref":%s,'
     '"object_type":%s,"prev_hash":%s,"seq":%d}'
 )
+
+
+_FLAT_TYPES = (str, int, bool, type(None))
+# Keys sorted, no whitespace, strings through the json module's C escaper (the same
+# escapes as RFC 8785, see _EVENT_FORMAT above), no NaN.
+_FLAT_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True,
+                                 allow_nan=False, check_circular=False)
+
+
+def canonical_json_flat(value: Mapping[str, Any]) -> str:
+    """``canonical_json`` of ``value``, written by the json module's C encoder when the
+    value is a flat object (ASCII keys; strings, integers, booleans, nulls and lists of
+    them), which is what audit details and a request's identifiers are; anything else
+    goes to ``canonical_json`` itself.  For ASCII keys RFC 8785's UTF-16 key order is
+    the code-point order ``sort_keys`` uses; the test suite checks byte equality."""
+    if type(value) is not dict or not all(type(k) is str and k.isascii() for k in value):
+        return canonical_json(value)
+    for item in value.values():
+        kind = type(item)
+        if kind in _FLAT_TYPES:
+            continue
+        if (kind is list or kind is tuple) and all(type(x) in _FLAT_TYPES for x in item):
+            continue
+        return canonical_json(value)
+    text = _FLAT_ENCODER.encode(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanonicalError("lone surrogate in string") from None
+    return text
 
 
 def audit_event_hash(
@@ -111,7 +142,7 @@ def _next_event(head_seq: int, head_hash: str, *, actor: str, action: str, objec
                 object_ref: str, details: Mapping[str, Any] | None, at: datetime | None) -> dict[str, Any]:
     """Every stored field of the event that follows the head (head_seq, head_hash)."""
     moment = at or utcnow()
-    details_text = canonical_json(dict(details or {}))
+    details_text = canonical_json_flat(dict(details or {}))
     seq = head_seq + 1
     values: dict[str, Any] = {"seq": seq, "at": moment, "actor": actor, "action": action,
                               "object_type": object_type, "object_ref": object_ref,
@@ -127,9 +158,10 @@ def _next_event(head_seq: int, head_hash: str, *, actor: str, action: str, objec
 # request filing sends its statements in two pipelined round trips): lock the head with
 # AUDIT_HEAD_LOCK_PG, then hand the row it returned to ``audit_append_pg``.
 AUDIT_HEAD_LOCK_PG = "SELECT seq, hash FROM chain_heads WHERE name = %s FOR UPDATE"
-_PG_INSERT_EVENT = ("INSERT INTO audit_events (seq, at, actor, action, object_type, object_ref, "
-                    "details, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
-_PG_ADVANCE_HEAD = "UPDATE chain_heads SET seq = %s, hash = %s WHERE name = %s"
+# The event and the head's move as one statement (the row first, then the head).
+_PG_APPEND = ("WITH event AS (INSERT INTO audit_events (seq, at, actor, action, object_type, object_ref, "
+              "details, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)) "
+              "UPDATE chain_heads SET seq = %s, hash = %s WHERE name = %s")
 
 
 def audit_append_pg(
@@ -149,10 +181,9 @@ def audit_append_pg(
     awaited: in a pipeline, their errors surface at the caller's next sync."""
     values = _next_event(head[0], head[1], actor=actor, action=action, object_type=object_type,
                          object_ref=object_ref, details=details, at=at)
-    cursor.execute(_PG_INSERT_EVENT, (
+    cursor.execute(_PG_APPEND, (
         values["seq"], values["at"].astimezone(UTC), actor, action, object_type, object_ref,
-        values["details"], values["prev_hash"], values["hash"]))
-    cursor.execute(_PG_ADVANCE_HEAD, (values["seq"], values["hash"], AUDIT_CHAIN))
+        values["details"], values["prev_hash"], values["hash"], values["seq"], values["hash"], AUDIT_CHAIN))
     logger.info("audit %s %s %s:%s seq=%s", actor, action, object_type, object_ref, values["seq"])
     return AuditEvent(**values)
 

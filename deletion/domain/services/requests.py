@@ -19,7 +19,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, make_transient_to_detached
 
 from deletion.domain import crypto, deadlines
-from deletion.domain.audit import AUDIT_HEAD_LOCK_PG, audit_append, audit_append_pg
+from deletion.domain.audit import (
+    AUDIT_HEAD_LOCK_PG,
+    audit_append,
+    audit_append_pg,
+    canonical_json_flat,
+)
 from deletion.domain.canonical import canonical_time
 from deletion.domain.chains import AUDIT_CHAIN, chain_head_lock
 from deletion.domain.errors import NotFound, PermissionDenied, ValidationError
@@ -165,18 +170,32 @@ def request_submission(
 # the whole filing: concurrent filings queue on them for less time.  The request's id
 # comes from its own sequence, as an INSERT would take it.
 _PG_MODEL_EXISTS = "EXISTS (SELECT 1 FROM models WHERE name = %s)"
-_PG_MODEL = "SELECT id, name FROM models WHERE name = %s"
-_PG_EARLIER = ("SELECT DISTINCT request_id FROM subject_index WHERE hmac = ANY(%s) "
-               "ORDER BY request_id")
-_PG_NEXT_ID = f"SELECT nextval(pg_get_serial_sequence('erasure_requests', 'id')) WHERE {_PG_MODEL_EXISTS}"
-_PG_REFERENCE = (f"INSERT INTO reference_counters (prefix, last) SELECT %s, 1 WHERE {_PG_MODEL_EXISTS} "
-                 "ON CONFLICT (prefix) DO UPDATE SET last = reference_counters.last + 1 "
-                 "RETURNING last")
+# The model, the next reference number (counted only if the model exists) and the
+# request ids the blind index matches, in one statement.
+_PG_START = (
+    "WITH model AS (SELECT id, name FROM models WHERE name = %s), "
+    "counter AS (INSERT INTO reference_counters (prefix, last) SELECT %s, 1 FROM model "
+    "ON CONFLICT (prefix) DO UPDATE SET last = reference_counters.last + 1 RETURNING last) "
+    "SELECT model.id, model.name, (SELECT last FROM counter), "
+    "ARRAY(SELECT DISTINCT request_id FROM subject_index WHERE hmac = ANY(%s) ORDER BY request_id) "
+    "FROM model"
+)
+# Taken after the counter, in a statement of its own: every filing locks the two rows in
+# this order.
 _PG_HEAD_LOCK = AUDIT_HEAD_LOCK_PG.replace(" FOR UPDATE", f" AND {_PG_MODEL_EXISTS} FOR UPDATE")
-_REQUEST_COLUMNS = tuple(c.key for c in ErasureRequest.__table__.columns)
-_PG_INSERT_REQUEST = (f"INSERT INTO erasure_requests ({', '.join(_REQUEST_COLUMNS)}) "
-                      f"VALUES ({', '.join(['%s'] * len(_REQUEST_COLUMNS))})")
-_PG_INSERT_INDEX = "INSERT INTO subject_index (request_id, kind, hmac, key_id) VALUES "
+_REQUEST_COLUMNS = tuple(c.key for c in ErasureRequest.__table__.columns if c.key != "id")
+
+
+def _pg_insert_request(index_rows: int) -> str:
+    """The request and its blind-index rows in one statement; returns the new id."""
+    insert = (f"INSERT INTO erasure_requests ({', '.join(_REQUEST_COLUMNS)}) "
+              f"VALUES ({', '.join(['%s'] * len(_REQUEST_COLUMNS))}) RETURNING id")
+    if not index_rows:
+        return insert
+    rows = ", ".join(["(%s, %s, %s)"] * index_rows)
+    return (f"WITH request AS ({insert}) INSERT INTO subject_index (request_id, kind, hmac, key_id) "
+            f"SELECT request.id, v.kind, v.hmac, v.key_id FROM request, (VALUES {rows}) AS v(kind, hmac, key_id) "
+            "RETURNING request_id")
 
 
 def _submission_pg(
@@ -191,22 +210,17 @@ def _submission_pg(
     session.flush()  # whatever the caller added first must be visible to the driver's reads
     driver = session.connection().connection.driver_connection
     prefix = f"ER-{now.year}"
-    statement = "(pipeline)"
+    statement = _PG_START
     try:
         with driver.pipeline() as pipeline:
-            model_q, earlier_q, id_q, number_q, head_q = (driver.cursor() for _ in range(5))
-            model_q.execute(_PG_MODEL, (model_name,))
-            earlier_q.execute(_PG_EARLIER, ([digest for _, digest in entries],))
-            id_q.execute(_PG_NEXT_ID, (model_name,))
-            number_q.execute(_PG_REFERENCE, (prefix, model_name))
-            head_q.execute(_PG_HEAD_LOCK, (AUDIT_CHAIN, model_name))
+            start, lock = driver.cursor(), driver.cursor()
+            start.execute(_PG_START, (model_name, prefix, [digest for _, digest in entries]))
+            lock.execute(_PG_HEAD_LOCK, (AUDIT_CHAIN, model_name))
             pipeline.sync()
-            model = model_q.fetchone()
-            earlier_ids = [row[0] for row in earlier_q.fetchall()]
-            next_id, counted, head = id_q.fetchone(), number_q.fetchone(), head_q.fetchone()
-        if model is None or next_id is None or counted is None:
+            found, head = start.fetchone(), lock.fetchone()
+        if found is None:
             raise ValidationError("model_name", "no such registered model")
-        request_id, number = next_id[0], counted[0]
+        model_id, registered_name, number, earlier_ids = found
         if head is None:  # the very first audit event: create the genesis head (locked)
             created = chain_head_lock(session, name=AUDIT_CHAIN)
             head = (created.seq, created.hash)
@@ -214,42 +228,42 @@ def _submission_pg(
             select(ErasureRequest).where(ErasureRequest.id.in_(earlier_ids)).order_by(ErasureRequest.id)
         ).scalars()) if earlier_ids else []
         reference = f"{prefix}-{number:05d}"
-        ciphertext, key_id = keys.encrypt_json(_as_json(identifiers), context=SUBJECT_CONTEXT,
-                                               row=reference)
+        ciphertext, key_id = keys.encrypt(_identifiers_json(identifiers), context=SUBJECT_CONTEXT,
+                                          row=reference)
         subject_hmac = keys.blind_index("name", identifiers.name)
         stamp = utcnow()
         values: dict[str, Any] = dict.fromkeys(_REQUEST_COLUMNS)
         values.update(
-            id=request_id, reference=reference, subject_ciphertext=ciphertext, subject_key_id=key_id,
+            reference=reference, subject_ciphertext=ciphertext, subject_key_id=key_id,
             subject_ad_version=crypto.AD_ROW, subject_hmac=subject_hmac, blind_key_id=keys.blind_key_id,
             ground=ground, received_at=received_at, due_at=deadlines.due_at(received_at),
-            model_id=model[0], priority=priority, status=RequestStatus.SUBMITTED,
+            model_id=model_id, priority=priority, status=RequestStatus.SUBMITTED,
             submitted_by=actor, submitted_by_id=actor_id, created_at=stamp, updated_at=stamp,
         )
         with driver.pipeline():
-            cursor = driver.cursor()
-            statement = _PG_INSERT_REQUEST
-            cursor.execute(_PG_INSERT_REQUEST, tuple(_pg_value(v) for v in values.values()))
-            if entries:
-                statement = _PG_INSERT_INDEX
-                cursor.execute(_PG_INSERT_INDEX + ", ".join(["(%s, %s, %s, %s)"] * len(entries)),
-                               [x for kind, digest in entries for x in (request_id, kind, digest, keys.blind_key_id)])
+            insert, cursor = driver.cursor(), driver.cursor()
+            statement = _pg_insert_request(len(entries))
+            insert.execute(statement, (*(_pg_value(v) for v in values.values()),
+                                       *(x for kind, digest in entries for x in (kind, digest, keys.blind_key_id))))
             statement = "audit_events"
             audit_append_pg(
                 cursor, head=(head[0], head[1]), actor=actor, action="request.submitted",
                 object_type=OBJECT_TYPE, object_ref=reference,
                 details={
-                    "ground": ground, "priority": priority, "model": model[1],
+                    "ground": ground, "priority": priority, "model": registered_name,
                     "received_at": canonical_time(received_at), "due_at": canonical_time(values["due_at"]),
                     "subject_hmac": subject_hmac, "blind_key_id": keys.blind_key_id,
                     "earlier_requests": [r.reference for r in earlier],
                 },
             )
+        created_id = insert.fetchone()
+        if created_id is None:  # pragma: no cover - the INSERT returns its row
+            raise RuntimeError("the new request's row came back empty")
     except psycopg.Error as exc:  # as SQLAlchemy would have raised it (IntegrityError, ...)
         raise DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
     # The row as the ORM would hold it after its own INSERT: persistent in this session,
     # every column loaded.
-    request = ErasureRequest(**values)
+    request = ErasureRequest(id=created_id[0], **values)
     make_transient_to_detached(request)
     session.add(request)
     return Submission(request=request, earlier=tuple(earlier))
@@ -589,6 +603,11 @@ def _clean(values: Sequence[str]) -> tuple[str, ...]:
         if text:
             seen.setdefault(text, None)
     return tuple(seen)
+
+
+def _identifiers_json(identifiers: SubjectIdentifiers) -> bytes:
+    """What ``Keyring.encrypt_json`` seals: the canonical JSON bytes of ``_as_json``."""
+    return canonical_json_flat(_as_json(identifiers)).encode("utf-8")
 
 
 def _as_json(identifiers: SubjectIdentifiers) -> dict[str, Any]:

@@ -1,0 +1,125 @@
+"""The PostgreSQL filing path of request_submission (issue 15, the service under load):
+it must write what the ORM path writes, keep the audit chain whole, and leave nothing
+behind when it refuses."""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from deletion.domain.audit import audit_verify, canonical_json_flat
+from deletion.domain.canonical import CanonicalError, canonical_json
+from deletion.domain.db import make_engine, session_scope
+from deletion.domain.errors import ValidationError
+from deletion.domain.models import AuditEvent, ChainHead, Model, ReferenceCounter, SubjectIndex
+from deletion.domain.services.requests import request_submission, subject_identifiers
+from tests.conftest import drop_database, fresh_database_url
+from tests.domain.conftest import SUBMITTER, register_model, submit
+
+flat_scalars = st.one_of(st.text(), st.integers(), st.booleans(), st.none())
+flat_objects = st.dictionaries(
+    st.text(alphabet=st.characters(max_codepoint=127)),
+    st.one_of(flat_scalars, st.lists(flat_scalars, max_size=4), st.tuples(st.text(), st.integers())),
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(flat_objects)
+def test_the_flat_writer_is_canonical_json_byte_for_byte(value: dict[str, object]) -> None:
+    try:
+        expected = canonical_json(value)
+    except CanonicalError:
+        with pytest.raises(CanonicalError):
+            canonical_json_flat(value)
+        return
+    assert canonical_json_flat(value) == expected
+
+
+@pytest.mark.parametrize("value", [
+    {"a": 1.5}, {"é": "x"}, {"nested": {"a": 1}}, {"b": [1.0]}, {"a\U0001f600": 1, "a\ue000": 2},
+])
+def test_anything_not_flat_goes_to_the_general_writer(value: dict[str, object]) -> None:
+    assert canonical_json_flat(value) == canonical_json(value)
+
+
+def test_a_lone_surrogate_is_refused_as_the_general_writer_refuses_it() -> None:
+    with pytest.raises(CanonicalError):
+        canonical_json_flat({"name": "\ud800"})
+
+
+pytestmark = pytest.mark.usefixtures("model")
+
+
+@pytest.fixture
+def model(session: Session, tmp_path: Path) -> object:
+    return register_model(session, tmp_path)
+
+
+def test_a_filing_writes_the_row_its_index_and_one_chained_event(session: Session) -> None:
+    assert session.get_bind().dialect.name == "postgresql"
+    filed = request_submission(session, actor=SUBMITTER, actor_id=7, name="Mara  Okafor",
+                               aliases=["M. Okafor"], emails=["mara@example.org"], ground="17(1)(b)",
+                               received_at=datetime(2026, 11, 2, 9, 30, tzinfo=UTC), model_name="demo",
+                               notes=" call first ", now=datetime(2026, 11, 3, tzinfo=UTC))
+    row = filed.request
+    session.expire(row)  # read back what the database holds
+    assert (row.reference, row.status, row.submitted_by_id, row.model.name) == (
+        filed.request.reference, "submitted", 7, "demo")
+    assert row.due_at == datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
+    identifiers = subject_identifiers(session, row.reference)
+    assert (identifiers.name, identifiers.aliases, identifiers.emails, identifiers.notes) == (
+        "Mara Okafor", ("M. Okafor",), ("mara@example.org",), "call first")
+    kinds = sorted(session.execute(select(SubjectIndex.kind).where(SubjectIndex.request_id == row.id)).scalars())
+    assert kinds == ["alias", "email", "name"]
+    event = session.execute(select(AuditEvent).order_by(AuditEvent.seq.desc()).limit(1)).scalar_one()
+    assert (event.action, event.object_ref) == ("request.submitted", row.reference)
+    assert "Mara" not in event.details and "mara@" not in event.details
+    assert audit_verify(session).ok
+
+
+def test_a_second_filing_for_the_same_subject_names_the_first(session: Session) -> None:
+    first = submit(session)
+    again = request_submission(session, actor=SUBMITTER, name="mara okafor", ground="17(1)(b)",
+                               received_at=datetime(2026, 11, 2, tzinfo=UTC), model_name="demo",
+                               now=datetime(2026, 11, 3, tzinfo=UTC))
+    assert [r.reference for r in again.earlier] == [first.reference]
+    assert first.reference in session.execute(
+        select(AuditEvent.details).where(AuditEvent.object_ref == again.request.reference)).scalar_one()
+
+
+def test_an_unknown_model_takes_no_number_and_writes_nothing(session: Session) -> None:
+    submit(session)
+    counters = session.execute(select(ReferenceCounter.prefix, ReferenceCounter.last)).all()
+    events = session.execute(select(func.count()).select_from(AuditEvent)).scalar_one()
+    with pytest.raises(ValidationError) as refused:
+        submit(session, model_name="no-such-model")
+    assert refused.value.field == "model_name"
+    assert session.execute(select(ReferenceCounter.prefix, ReferenceCounter.last)).all() == counters
+    assert session.execute(select(func.count()).select_from(AuditEvent)).scalar_one() == events
+
+
+def test_the_very_first_event_of_a_fresh_database_starts_the_chain() -> None:
+    url = fresh_database_url("erasure_filing")
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            # A model row written without the registry, so no audit event exists yet.
+            session.add(Model(name="first", description=""))
+        with session_scope(engine) as session:
+            assert session.get(ChainHead, "audit") is None
+            filed = submit(session, model_name="first")
+        assert filed.reference == "ER-2026-00001"
+        with session_scope(engine) as session:
+            head = session.get(ChainHead, "audit")
+            assert head is not None and head.seq == 1
+            verdict = audit_verify(session)
+            assert verdict.ok and verdict.checked == 1
+    finally:
+        engine.dispose()
+        drop_database(url)
