@@ -17,3 +17,12 @@ graceful_timeout = 30
 # Behind a proxy that keeps connections open.
 keepalive = 5
 accesslog = "-"
+
+
+def post_worker_init(worker: object) -> None:
+    """Import the URLconf, and with it every view and the libraries they load (the PDF
+    writer alone takes seconds), when the worker starts: lazily, the first request each
+    worker served waited for it (the service benchmark's p99 was that one request)."""
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 - the property imports the URLconf

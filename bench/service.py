@@ -46,13 +46,21 @@ WRK = shutil.which("wrk") or "/usr/bin/wrk"
 GOALS = {"create_vs_trivial": 0.5, "create_p99_ms": 50.0, "audit_events_per_s": 100_000.0}
 TAIL = 1000
 
+# Every wrk thread has its own Lua state with the same unseeded random numbers, so the
+# thread's number is part of the name: a new subject per request, never a repeat of the
+# other thread's (which the blind index would match, reading the earlier request back).
 CREATE_LUA = """
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("thread_number", threads)
+end
 counter = 0
 request = function()
   counter = counter + 1
-  local body = string.format('{"name": "Bench Subject %%d-%%d", "ground": "17(1)(b)", '
+  local body = string.format('{"name": "Bench Subject %%d-%%d-%%d", "ground": "17(1)(b)", '
     .. '"received_at": "2026-11-01", "model_name": "%(model)s", "priority": "batch"}',
-    counter, math.random(1, 1000000000))
+    thread_number or 0, counter, math.random(1, 1000000000))
   return wrk.format("POST", "/api/v1/requests", {["Content-Type"] = "application/json",
     ["Authorization"] = "Bearer %(token)s", ["Host"] = "127.0.0.1"}, body)
 end
@@ -170,7 +178,7 @@ def api_throughput(settings: BenchSettings, *, work: Path, console: Console) -> 
             except subprocess.TimeoutExpired:
                 process.kill()
             log.close()
-        out["create_request"]["rows_written"] = _count_requests(url)
+        out["create_request"]["rows_written"], out["create_request"]["distinct_subjects"] = _count_requests(url)
         shutil.rmtree(var, ignore_errors=True)
     out["create_vs_trivial"] = out["create_request"]["requests_per_s"] / out["trivial"]["requests_per_s"]
     out["goals"] = {k: GOALS[k] for k in ("create_vs_trivial", "create_p99_ms")}
@@ -179,8 +187,9 @@ def api_throughput(settings: BenchSettings, *, work: Path, console: Console) -> 
     return out
 
 
-def _count_requests(url: str) -> int:
-    from sqlalchemy import func, select
+def _count_requests(url: str) -> tuple[int, int]:
+    """Requests written, and how many distinct subjects (blind indexes) they name."""
+    from sqlalchemy import distinct, func, select
 
     from deletion.domain.db import make_engine
     from deletion.domain.models import ErasureRequest
@@ -188,7 +197,9 @@ def _count_requests(url: str) -> int:
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
-            return int(connection.execute(select(func.count()).select_from(ErasureRequest)).scalar_one())
+            rows, subjects = connection.execute(select(
+                func.count(), func.count(distinct(ErasureRequest.subject_hmac)))).one()
+            return int(rows), int(subjects)
     finally:
         engine.dispose()
 
