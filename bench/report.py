@@ -308,6 +308,32 @@ def _scan(scan: Any) -> list[str]:
             f"{fmt(scan.get('load_average'), 1)} on 2 cores.  Index: "
             + ("built" if (scan.get("index") or {}).get("built") else f"none ({(scan.get('index') or {}).get('reason')})")
             + ".", ""]
+    return out + _index(scan.get("index"))
+
+
+def _index(index: Any) -> list[str]:
+    """The corpus index: build, look-up against the scan and ripgrep, and the 10 GB figure."""
+    if not isinstance(index, dict) or not index.get("built"):
+        return []
+    out = ["#### The corpus index", "",
+           "A request's forget set by look-up in the inverted index of keyed token hashes "
+           "(`unlearning/corpus/index.py`), then the reference matcher on the candidates only.", ""]
+    out += _table(["corpus", "build s", "MB/s", "index MB", "build peak MB"],
+                  [[f"{fmt(b['corpus_mb'], 0)} MB", fmt(b["seconds"], 1), fmt(b["mb_per_s"], 1),
+                    fmt(b["index_mb"], 0), fmt(b["peak_rss_mb"], 0)] for b in index.get("builds") or []])
+    out += _table(["corpus", "subjects", "forget set s (first / warm)", "build_sets s", "scan s", "rg s",
+                   "look-up peak MB", "same sets as the scan"],
+                  [[f"{fmt(r['corpus_mb'], 0)} MB", str(r["subjects"]),
+                    f"{fmt(r.get('forget_set_first_s'), 2)} / {fmt(r.get('forget_set_s'), 2)}",
+                    fmt(r.get("build_sets_s"), 2), fmt(r.get("scan_s"), 2), fmt(r.get("rg_s"), 2),
+                    fmt(r.get("peak_rss_mb"), 0),
+                    {True: "yes", False: "**NO**"}.get(r.get("identical_to_scan"), "not checked")]
+                   for r in index.get("lookups") or []])
+    ten = index.get("ten_gb") or {}
+    out += [f"**10 GB by the index** (extrapolated: {ten.get('method')}): build {fmt(ten.get('build_s'), 0)} s once, "
+            f"{fmt(ten.get('index_gb'), 1)} GB of index; a request's forget set "
+            + ", ".join(f"{fmt(v, 1)} s for {k} subject(s)" for k, v in (ten.get("forget_set_s") or {}).items())
+            + f" (goal <= {fmt(ten.get('goal_s'), 0)} s).", ""]
     return out
 
 
@@ -337,7 +363,8 @@ def _shapes(shapes: Any) -> list[str]:
     missing = _missing_family("shapes", shapes)
     if missing is not None:
         return out + missing
-    out += [f"One person of {shapes['people']} erased per case by ASU and by KIF at their defaults, with the base",
+    out += [f"One person of {shapes['people']} erased per case by ASU and by KIF at their defaults (and KIF with its",
+            "gates distilled into the weights, `distill_steps` 120), with the base",
             "and a model retrained without the person (the oracle, on the base's own tokenizer) beside them;",
             "all four verified by the default policy against the shape's control records (people never",
             f"trained on).  The bases train up to {shapes['max_steps']} steps (tiny preset).  Built by `bench/shapes.py`",
@@ -349,7 +376,9 @@ def _shapes(shapes: Any) -> list[str]:
         if _missing_family(key, case) is not None:
             rows.append([key, "-", "-", f"not measured: {case.get('not_measured')}", *["-"] * 8])
             continue
-        for name in ("base", "oracle", "asu", "kif"):
+        for name in ("base", "oracle", "asu", "kif", "kif-distil"):
+            if name not in case:
+                continue
             r = case[name]
             m = r["metrics"]
             rows.append([

@@ -280,3 +280,19 @@ def test_keep_carries_the_families_not_run_over_from_the_last_report_marked_with
     md = write_report(results, docs=tmp_path / "docs")[0].read_text(encoding="utf-8")
     assert "*Carried over from the run of 2026-11-30 10:00 UTC (`python -m bench run --full`, full mode)" in md
     assert md.count("Carried over") == 1
+
+
+def test_the_index_table_gives_build_look_up_and_the_10_gb_figure() -> None:
+    from bench.report import _index
+
+    index = {"built": True,
+             "builds": [{"corpus_mb": 100.0, "seconds": 17.2, "mb_per_s": 5.8, "index_mb": 71.0, "peak_rss_mb": 418}],
+             "lookups": [{"corpus_mb": 100.0, "subjects": 100, "forget_set_first_s": 0.9, "forget_set_s": 0.64,
+                          "build_sets_s": 2.38, "scan_s": 3.6, "rg_s": 0.51, "peak_rss_mb": 153,
+                          "identical_to_scan": True}],
+             "ten_gb": {"method": "linear", "build_s": 2580.0, "index_gb": 7.5, "forget_set_s": {"100": 16.0},
+                        "goal_s": 60.0}}
+    md = "\n".join(_index(index))
+    assert "| 100 MB | 100 | 0.90 / 0.64 | 2.38 | 3.60 | 0.51 | 153 | yes |" in md
+    assert "16.0 s for 100 subject(s) (goal <= 60 s)" in md
+    assert _index({"built": False, "reason": "no rg"}) == []
