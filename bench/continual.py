@@ -103,7 +103,12 @@ def run_continual(settings: BenchSettings, assets: Assets, *, work: Path, consol
     if current != assets.base_dir:
         shutil.rmtree(current, ignore_errors=True)
     measured = [s for s in steps if "passed" in s]
+    from bench.pipeline import service_walk
+
+    walk: dict[str, Any] = {}
+    measure(walk, "walk", lambda: service_walk(settings, assets, work=work, console=console))
     return {"method": settings.continual_method, "requests": len(requests), "steps": steps,
+            "service_walk": walk["walk"],
             "control_leakage": control_leak, "base_model_utility": base_utility,
             "base_retained_accuracy": base_accuracy, "retained_sample": len(retained_questions),
             "base_leakage": leak_rate(assets.base_dir, _facts(requests)),

@@ -110,3 +110,46 @@ def time_to_certificate(settings: BenchSettings, assets: Assets, *, work: Path, 
               **_stages(var / "erasure.sqlite3")}
     shutil.rmtree(var, ignore_errors=True)
     return result
+
+
+def service_walk(settings: BenchSettings, assets: Assets, *, work: Path, console: Console) -> dict[str, Any]:
+    """`settings.continual_requests` demo people filed one after another as separate
+    immediate requests through the real embedded pipeline (`workers.embedded demo
+    --requests N`): per request, certified or not, seconds from submission to the end of
+    its job, and the serving model's retained accuracy (the verifier's, vs its parent)."""
+    var = work / "walk-var"
+    shutil.rmtree(var, ignore_errors=True)
+    for name, source in (("corpus", assets.corpus_dir), ("base", assets.base_dir)):
+        shutil.copytree(source, var / "demo-assets" / settings.preset / name)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "CHECKPOINT_DIR", "CORPUS_DIR",
+                        "SIGNING_KEY_FILE", "SIGNING_KEYRING_DIR", "VERIFICATION_POLICY_FILE")}
+    env["VAR_DIR"] = str(var)
+    import torch
+
+    env.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    rows_file = work / "walk.json"
+    rows_file.unlink(missing_ok=True)
+    count = settings.continual_requests
+    command = [sys.executable, "-m", "workers.embedded", "demo", "--preset", settings.preset,
+               "--timeout", str(int(settings.pipeline_timeout_s)), "--requests", str(count),
+               "--walk-json", str(rows_file)]
+    with console.task(f"{count} requests one after another through the real pipeline"):
+        started = time.perf_counter()
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                              timeout=count * (settings.pipeline_timeout_s + 120) + 300, check=False)
+        wall = time.perf_counter() - started
+    (work / "walk-demo.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr, encoding="utf-8")
+    if not rows_file.is_file():
+        lines = done.stdout.strip().splitlines()
+        return {"not_measured": f"`workers.embedded demo --requests {count}` exited {done.returncode} "
+                                f"without a walk table: {(lines[-1] if lines else '')[:300]}"}
+    import json
+
+    rows = json.loads(rows_file.read_text(encoding="utf-8"))
+    from workers.demo import render_walk
+
+    render_walk(rows)  # fills in the ratio since v1 along the lineage
+    shutil.rmtree(var, ignore_errors=True)
+    return {"requests": count, "rows": rows, "certified": sum(bool(r["certified"]) for r in rows),
+            "process_wall_s": round(wall, 1), "exit": done.returncode}

@@ -23,6 +23,8 @@ from bench.console import Console
 # (shape, architecture, tokenizer style): the three headline cases first.
 HEADLINE = (("free_text", "gpt2", "gpt2"), ("plain_qa", "qwen2", "qwen2"), ("chat", "gpt_neox", "llama"))
 CROSSED = (("free_text", "llama", "llama"), ("plain_qa", "opt", "gpt2"), ("chat", "mistral", "qwen2"))
+# (label, method, hyper-parameter overrides): the defaults, and KIF distilled into the weights.
+CANDIDATES = (("asu", "asu", {}), ("kif", "kif", {}), ("kif-distil", "kif", {"distill_steps": 120}))
 PEOPLE = 30
 SUBJECT = 3
 METRICS = ("leakage.forget", "leakage.control", "mia.auc", "mia.zlib_auc", "mia.span_auc",
@@ -75,12 +77,12 @@ def run_case(shape: str, arch: str, style: str, *, work: Path, console: Console,
                    tokenizer=work / "base", progress=progress)
     out["seconds"]["oracle_train"] = round(time.perf_counter() - started, 1)
     candidates = {"base": work / "base", "oracle": work / "oracle"}
-    for method in ("asu", "kif"):
+    for label, method, hparams in CANDIDATES:
         started = time.perf_counter()
-        with console.task(f"{shape}/{arch}: erase with {method}") as progress:
-            candidates[method] = erase(work / "base", sets, method=method, out_dir=work / method,
-                                       progress=progress).out_dir
-        out["seconds"][f"erase_{method}"] = round(time.perf_counter() - started, 1)
+        with console.task(f"{shape}/{arch}: erase with {label}") as progress:
+            candidates[label] = erase(work / "base", sets, method=method, out_dir=work / label,
+                                      hparams=dict(hparams), progress=progress).out_dir
+        out["seconds"][f"erase_{label}"] = round(time.perf_counter() - started, 1)
     for name, candidate in candidates.items():
         started = time.perf_counter()
         with console.task(f"{shape}/{arch}: verify {name}") as progress:

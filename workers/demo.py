@@ -24,7 +24,7 @@ from deletion.domain.audit import audit_verify
 from deletion.domain.certificates import certificate_get_for_job, certificate_verify_chain
 from deletion.domain.config import Config
 from deletion.domain.db import session_scope
-from deletion.domain.models import Checkpoint, Job, VerificationResult, utcnow
+from deletion.domain.models import Checkpoint, Job, VerificationReport, VerificationResult, utcnow
 from deletion.domain.services.requests import request_approve, request_get, request_submit
 from deletion.domain.signing import keyring_load
 from workers.bootstrap import DEMO_MODEL
@@ -47,6 +47,14 @@ class DemoOutcome:
     checks: list[dict[str, Any]] = field(default_factory=list)
     chains: str = ""
     seconds: float = 0.0
+    retained: float | None = None  # the candidate's retained-fact accuracy
+    retained_ratio: float | None = None  # ... over the checkpoint it was made from
+
+    def walk_row(self) -> dict[str, Any]:
+        return {"reference": self.reference, "job": self.job_id, "certified": self.certificate_id is not None,
+                "ok": self.ok, "seconds": round(self.seconds, 1), "checkpoint_version": self.checkpoint_version,
+                "retained_accuracy": self.retained, "retained_ratio_vs_parent": self.retained_ratio,
+                "failed": [c["metric"] for c in self.checks if not c["passed"]], "reason": self.reason}
 
     def render(self) -> str:
         lines = [f"request   {self.reference or '-'} (job {self.job_id})"]
@@ -167,6 +175,13 @@ def run_demo(*, config: Config, timeout_s: float,
                     VerificationResult.round == job.verification_round,
                     VerificationResult.passed.is_not(None)).order_by(VerificationResult.metric))
             ]
+            report = session.scalars(select(VerificationReport.report)
+                                     .where(VerificationReport.job_id == job_id)
+                                     .order_by(VerificationReport.id.desc())).first()
+            if report:
+                metrics = json.loads(report).get("metrics", {})
+                outcome.retained = metrics.get("utility.retain_accuracy")
+                outcome.retained_ratio = metrics.get("utility.retain_ratio")
             certificate = certificate_get_for_job(session, job_id=job_id)
             if certificate is not None and job.candidate_checkpoint_id is not None:
                 checkpoint = session.get_one(Checkpoint, job.candidate_checkpoint_id)
@@ -183,3 +198,34 @@ def run_demo(*, config: Config, timeout_s: float,
     if final == "done" and not outcome.ok:
         outcome.reason = "a chain does not verify"
     return outcome
+
+
+def render_walk(rows: list[dict[str, Any]]) -> str:
+    """The table of a walk of requests filed one after another (`demo --requests N`).
+
+    Each job's verifier scores its candidate and the checkpoint it was made from on the
+    same retained records; "since v1" multiplies those ratios along the lineage, so it
+    compares like with like at every step (each job draws its own retained sample)."""
+    lines = ["", "walk: one request after another, each immediate, on the serving model",
+             f"  {'#':>2}  {'request':<14} {'certified':<9} {'seconds':>8} {'version':>7} "
+             f"{'retained':>8} {'vs parent':>9} {'since v1':>8}  failed checks"]
+    cumulative: float | None = 1.0
+    for number, row in enumerate(rows, 1):
+        retained, ratio = row["retained_accuracy"], row["retained_ratio_vs_parent"]
+        if row["certified"] and cumulative is not None and ratio is not None:
+            cumulative *= ratio
+        elif row["certified"]:
+            cumulative = None
+        row["retained_ratio_since_v1"] = cumulative if row["certified"] else None
+        version = f"v{row['checkpoint_version']}" if row["checkpoint_version"] else "-"
+        lines.append(
+            f"  {number:>2}  {row['reference'] or '-':<14} {'yes' if row['certified'] else 'NO':<9} "
+            f"{row['seconds']:>8.1f} {version:>7} {_fmt(retained):>8} {_fmt(ratio):>9} "
+            f"{_fmt(row['retained_ratio_since_v1']):>8}  {', '.join(row['failed']) or '-'}")
+    certified = sum(r["certified"] for r in rows)
+    lines.append(f"certified {certified} of {len(rows)}")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

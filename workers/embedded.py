@@ -11,11 +11,13 @@ after a crash; the beat's reconciler resumes such jobs from the database.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 
 from workers.processes import (
@@ -90,7 +92,7 @@ def command_run(args: argparse.Namespace) -> int:
 
 def command_demo(args: argparse.Namespace) -> int:
     from deletion.domain.config import current
-    from workers.demo import run_demo
+    from workers.demo import render_walk, run_demo
 
     config = current()
     started = time.monotonic()
@@ -106,7 +108,14 @@ def command_demo(args: argparse.Namespace) -> int:
         group.start("worker", worker_command(), log_file=logs / "demo-worker.log")
         group.start("beat", beat_command(schedule_file=config.var_dir / "celerybeat-schedule"),
                     log_file=logs / "demo-beat.log")
-        outcome = run_demo(config=config, timeout_s=args.timeout, watch=group.first_exited)
+        outcomes = []
+        for number in range(args.requests):
+            if number:
+                sys.stdout.write(f"\nrequest {number + 1} of {args.requests}\n")
+            outcomes.append(run_demo(config=config, timeout_s=args.timeout, watch=group.first_exited))
+            sys.stdout.write(outcomes[-1].render())
+            if group.first_exited() is not None:
+                break
     except (KeyboardInterrupt, _Stop):
         sys.stderr.write("demo interrupted\n")
         return 130
@@ -116,9 +125,23 @@ def command_demo(args: argparse.Namespace) -> int:
         return 1
     finally:
         group.stop()
-    sys.stdout.write(outcome.render())
+    if args.requests > 1:
+        rows = [o.walk_row() for o in outcomes]
+        sys.stdout.write(render_walk(rows))
+        if args.walk_json:
+            Path(args.walk_json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     sys.stdout.write(f"wall time {time.monotonic() - started:.1f} s (worker log: {logs / 'demo-worker.log'})\n")
-    return 0 if outcome.ok else 1
+    return 0 if len(outcomes) == args.requests and all(o.ok for o in outcomes) else 1
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--preset", default="demo", choices=("tiny", "demo"))
     demo.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the certificate")
     demo.add_argument("--assets", help="folder caching the trained demo model (default VAR_DIR/demo-assets)")
+    demo.add_argument("--requests", type=_positive, default=1,
+                      help="erase this many demo people, one request after another (a walk table at the end)")
+    demo.add_argument("--walk-json", help="also write the walk table as JSON to this file")
     demo.set_defaults(handler=command_demo)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
