@@ -458,7 +458,7 @@ def counterfactual(
     The stranger is the identity `seed` names: the same seed gives the same
     fresh values in every record (one stranger, one name, one e-mail address).
     """
-    identity = FreshNames(pool=names.pool, avoid=names.avoid, seed=f"{names.seed}:{seed}")
+    identity = replace(names, seed=f"{names.seed}:{seed}")  # the same kind of source, another identity
     mapping = fresh_mapping(spans, identity)
 
     def swap(text: str | None) -> str | None:
