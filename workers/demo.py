@@ -76,8 +76,9 @@ class DemoOutcome:
         return "\n".join(lines) + "\n"
 
 
-def _pick_subject(session: Any) -> dict[str, Any]:
-    """A trained demo person none of whose records has been erased yet."""
+def _pick_subject(session: Any, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """A trained demo person none of whose records has been erased yet (and not in `skip`:
+    people a walk already filed, whose request may have been rejected)."""
     model = registry.model_get(session, name=DEMO_MODEL)
     if model.corpus is None:
         raise RuntimeError("the demo model has no corpus; run the bootstrap")
@@ -86,15 +87,18 @@ def _pick_subject(session: Any) -> dict[str, Any]:
     with (corpus_path.parent / "people.jsonl").open(encoding="utf-8") as handle:
         people = [json.loads(line) for line in handle if line.strip()]
     for person in people:
-        if not any(rid.startswith(person["person_id"] + "-") for rid in erased):
+        if person["person_id"] not in skip and not any(rid.startswith(person["person_id"] + "-") for rid in erased):
             return dict(person)
     raise RuntimeError("every demo person has already been erased")
 
 
-def submit_and_approve(*, priority: str = "immediate") -> str:
-    """File and approve a request for a fresh demo person (four eyes: two actors)."""
+def submit_and_approve(*, priority: str = "immediate", filed: set[str] | None = None) -> str:
+    """File and approve a request for a fresh demo person (four eyes: two actors); the
+    person's demo id is added to `filed`, and no one in it is filed again."""
     with session_scope(engine()) as session:
-        person = _pick_subject(session)
+        person = _pick_subject(session, frozenset(filed or ()))
+        if filed is not None:
+            filed.add(person["person_id"])
         request = request_submit(
             session, actor=OFFICER, name=person["name"], aliases=person.get("aliases", ()),
             emails=[person["email"]] if person.get("email") else (), ground="17(1)(b)",
@@ -149,11 +153,11 @@ def wait_for_job(reference: str, *, timeout_s: float,
     return job_id, f"timed out after {timeout_s:.0f} s"
 
 
-def run_demo(*, config: Config, timeout_s: float,
+def run_demo(*, config: Config, timeout_s: float, filed: set[str] | None = None,
              watch: Callable[[], tuple[str, int] | None] | None = None) -> DemoOutcome:
     started = time.monotonic()
     try:
-        reference = submit_and_approve()
+        reference = submit_and_approve(filed=filed)
     except Exception as exc:  # noqa: BLE001 - reported as the demo's failure reason
         return DemoOutcome(ok=False, reason=f"submission failed: {exc}")
     sys.stdout.write(f"submitted and approved {reference}; waiting for the worker\n")
