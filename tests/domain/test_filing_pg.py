@@ -123,3 +123,50 @@ def test_the_very_first_event_of_a_fresh_database_starts_the_chain() -> None:
     finally:
         engine.dispose()
         drop_database(url)
+
+
+def test_a_filing_waits_for_a_model_locked_by_the_scheduler_before_it_takes_the_audit_head(
+        tmp_path: Path) -> None:
+    """The scheduler locks the model FOR UPDATE, then appends to the audit chain.  A filing
+    that held the audit head while its INSERT waited on the model deadlocked with it."""
+    import threading
+    import time
+
+    from sqlalchemy import text
+
+    from deletion.domain.audit import audit_append
+
+    url = fresh_database_url("erasure_filing")
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            register_model(session, tmp_path, name="locked")
+        errors: list[BaseException] = []
+        with session_scope(engine) as scheduler:
+            scheduler.execute(select(Model).where(Model.name == "locked").with_for_update())
+
+            def file() -> None:
+                try:
+                    with session_scope(engine) as session:
+                        submit(session, model_name="locked")
+                except BaseException as error:  # noqa: BLE001 - reported below
+                    errors.append(error)
+
+            filing = threading.Thread(target=file)
+            filing.start()
+            for _ in range(600):  # until the filing waits on a lock (or has finished)
+                waiting = scheduler.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()")).scalar_one()
+                if waiting or not filing.is_alive():
+                    break
+                time.sleep(0.05)
+            audit_append(scheduler, actor="system:scheduler", action="batch.scheduled",
+                         object_type="model", object_ref="locked")
+        filing.join(timeout=60)
+        assert not filing.is_alive() and errors == []
+        with session_scope(engine) as session:
+            assert audit_verify(session).ok
+    finally:
+        engine.dispose()
+        drop_database(url)

@@ -171,9 +171,12 @@ def request_submission(
 # comes from its own sequence, as an INSERT would take it.
 _PG_MODEL_EXISTS = "EXISTS (SELECT 1 FROM models WHERE name = %s)"
 # The model, the next reference number (counted only if the model exists) and the
-# request ids the blind index matches, in one statement.
+# request ids the blind index matches, in one statement.  The model row is taken FOR KEY
+# SHARE, the lock the request's foreign key takes on INSERT, here before the audit head:
+# the scheduler and the certifier lock the model FOR UPDATE and then append to the chain,
+# so a filing holding the head while its INSERT waited for the model would deadlock.
 _PG_START = (
-    "WITH model AS (SELECT id, name FROM models WHERE name = %s), "
+    "WITH model AS (SELECT id, name FROM models WHERE name = %s FOR KEY SHARE), "
     "counter AS (INSERT INTO reference_counters (prefix, last) SELECT %s, 1 FROM model "
     "ON CONFLICT (prefix) DO UPDATE SET last = reference_counters.last + 1 RETURNING last) "
     "SELECT model.id, model.name, (SELECT last FROM counter), "
