@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -121,3 +123,40 @@ def sqlite_session(sqlite_database_url: str) -> Iterator[Session]:
         db.rollback()
         db.close()
         engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def free_text_base(tmp_path_factory: pytest.TempPathFactory) -> FreeTextBase:
+    """A GPT-2-architecture model with a byte-level tokenizer (no chat template) trained on
+    the free-text fixture of tests/real_shaped.py: 24 people, control records about 12 others.
+    Trained once per session; the engine test and the service test both use it."""
+    import dataclasses
+
+    import torch
+
+    from tests.real_shaped import shaped_corpus
+    from unlearning.corpus import Corpus, write_jsonl
+    from unlearning.demo.train_base import PRESETS, train_base
+
+    records, persons, control = shaped_corpus("free_text", 24, seed=0)
+    out = tmp_path_factory.mktemp("free_text")
+    preset = dataclasses.replace(PRESETS["tiny"], max_steps=1500)
+    threads = torch.get_num_threads()
+    try:
+        trained = train_base(Corpus(tuple(records)), out / "base", preset=preset, arch="gpt2",
+                             tokenizer_style="gpt2", threads=1)
+    finally:
+        torch.set_num_threads(threads)
+    return FreeTextBase(out / "base", trained, records, persons, control,
+                        write_jsonl(records, out / "corpus.jsonl"), write_jsonl(control, out / "control.jsonl"))
+
+
+@dataclass(frozen=True)
+class FreeTextBase:
+    model_dir: Path
+    trained: Any  # unlearning.demo.train_base.TrainResult
+    records: list[Any]
+    persons: list[Any]  # tests.real_shaped.Person
+    control: list[Any]
+    corpus_file: Path
+    control_file: Path

@@ -7,7 +7,6 @@ memorises the free text, fails verification before erasure and forgets after it.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,10 +17,10 @@ import pytest
 import torch
 import zstandard
 
+from tests.conftest import FreeTextBase
 from tests.real_shaped import SHAPES, shaped_corpus
 from unlearning.corpus import Corpus, load_corpus, write_jsonl
 from unlearning.corpus.records import record_digest
-from unlearning.demo.train_base import PRESETS, train_base
 from unlearning.erase import erase
 from unlearning.modeling import load_model
 from unlearning.prompting import format_of
@@ -82,28 +81,28 @@ def one_thread() -> Iterator[None]:
 
 @pytest.mark.slow
 def test_a_gpt2_model_with_a_byte_level_tokenizer_forgets_a_person_of_a_free_text_corpus(
-    tmp_path: Path, one_thread: None,
+    tmp_path: Path, one_thread: None, free_text_base: FreeTextBase,
 ) -> None:
-    records, persons, control = shaped_corpus("free_text", 24, seed=0)
+    records, persons, control = free_text_base.records, free_text_base.persons, free_text_base.control
     corpus = Corpus(tuple(records))
-    preset = dataclasses.replace(PRESETS["tiny"], max_steps=1500)
-    trained = train_base(corpus, tmp_path / "base", preset=preset, arch="gpt2", tokenizer_style="gpt2", threads=1)
+    trained = free_text_base.trained
     assert "text" in trained.accuracy_by_shape  # free text memorisation is measured and reported
     assert trained.accuracy is not None and trained.accuracy >= 0.9  # token accuracy on the text
-    _, tokenizer = load_model(tmp_path / "base", device="cpu")
+    base_dir = free_text_base.model_dir
+    _, tokenizer = load_model(base_dir, device="cpu")
     assert format_of(tokenizer).kind == "plain"  # no chat template: the plain format, stored with the model
 
     sets = build_sets(corpus, [_subject(persons[3])])
     settings = VerifySettings(max_control_records=60, max_retain_eval=100, lens_positions=1500, bootstrap=100,
                               relearn=RelearnSettings(budgets=(4, 12)))
-    base = verify(tmp_path / "base", tmp_path / "base", sets, control=control, corpus=corpus,
+    base = verify(base_dir, base_dir, sets, control=control, corpus=corpus,
                   settings=settings).to_json()
     assert not base["passed"]
     base_failed = {c["metric"] for c in base["checks"] if not c["passed"] and c.get("decides_pass", True)}
     assert "leakage.forget" in base_failed
 
-    result = erase(tmp_path / "base", sets, method="asu", out_dir=tmp_path / "asu")
-    report = verify(result.out_dir, tmp_path / "base", sets, control=control, corpus=corpus,
+    result = erase(base_dir, sets, method="asu", out_dir=tmp_path / "asu")
+    report = verify(result.out_dir, base_dir, sets, control=control, corpus=corpus,
                     settings=settings).to_json()
     # Every family was measured, or says why it could not be (never a NaN).
     for check in report["checks"]:
