@@ -1,6 +1,10 @@
-"""Verification results: one row per (job, round, check), upserted.
+"""Verification results: one row per (job, round, metric), upserted.
 
-A verification delivered twice stores the same rows once; the JSON report of
+A metric can be judged by more than one check (a two-sided check: an upper bound and
+"not below strangers").  Its row's verdict is then the conjunction of its checks, the
+threshold and comparator shown are those of the check that failed (else of the first),
+and `details["checks"]` lists every check with its own verdict, so no bound's failure is
+lost.  A verification delivered twice stores the same rows once; the JSON report of
 each round also stays in the job's work directory until the job ends.
 """
 
@@ -24,16 +28,25 @@ def verification_results_store(session: Session, *, job_id: int, round_: int,
         for row in session.scalars(select(VerificationResult).where(
             VerificationResult.job_id == job_id, VerificationResult.round == round_))
     }
-    checked = set()
-    rows = []
+    by_metric: dict[str, list[Mapping[str, Any]]] = {}
     for check in report.get("checks", []):
-        metric = str(check.get("metric") or check["name"])
-        checked.add(metric)
+        by_metric.setdefault(str(check.get("metric") or check["name"]), []).append(check)
+    checked = set(by_metric)
+    rows = []
+    for metric, checks in by_metric.items():
+        verdicts = [c.get("passed") for c in checks if c.get("passed") is not None]
+        failed = [c for c in checks if c.get("passed") is False]
+        shown = next((c for c in failed if c.get("decides_pass", True)), failed[0] if failed else checks[0])
+        details: dict[str, Any] = {"check": shown.get("name"), "decides_pass": shown.get("decides_pass", True)}
+        if len(checks) > 1:
+            details["checks"] = [{"check": c.get("name"), "threshold": c.get("threshold"),
+                                  "comparator": c.get("comparator"), "passed": c.get("passed"),
+                                  "decides_pass": c.get("decides_pass", True)} for c in checks]
         rows.append(_upsert(session, existing, job_id=job_id, round_=round_, metric=metric,
-                            value=check.get("value"), threshold=check.get("threshold"),
-                            comparator=check.get("comparator"), passed=check.get("passed"),
-                            policy=policy, details={"check": check.get("name"),
-                                                    "decides_pass": check.get("decides_pass", True)}))
+                            value=shown.get("value"), threshold=shown.get("threshold"),
+                            comparator=shown.get("comparator"),
+                            passed=all(bool(v) for v in verdicts) if verdicts else None,
+                            policy=policy, details=details))
     # Metrics no check judges (timings aside) are still evidence worth keeping.
     for metric, value in (report.get("metrics") or {}).items():
         if metric not in checked and (value is None or isinstance(value, int | float)):

@@ -193,7 +193,9 @@ def _report(session: Session, job_id: int | None) -> dict[str, Any]:
         "round": last,
         "policy": {"name": rows[0].policy_name, "version": rows[0].policy_version} if rows else None,
         "results": [{"metric": r.metric, "check": (r.details or {}).get("check"), "value": r.value,
-                     "threshold": r.threshold, "comparator": r.comparator, "passed": r.passed}
+                     "threshold": r.threshold, "comparator": r.comparator, "passed": r.passed,
+                     # a metric judged on both sides: each bound with its own verdict
+                     **({"checks": (r.details or {})["checks"]} if "checks" in (r.details or {}) else {})}
                     for r in rows if r.round == last],
         "note": "the signed certificate carries the same checks; it is the authoritative copy",
     }

@@ -212,6 +212,8 @@ def _submission_pg(
     entries = _index_entries(keys, identifiers)
     session.flush()  # whatever the caller added first must be visible to the driver's reads
     driver = session.connection().connection.driver_connection
+    if driver is None:  # a pooled connection always has its driver connection while checked out
+        raise RuntimeError("no driver connection behind the session")
     prefix = f"ER-{now.year}"
     statement = _PG_START
     try:
