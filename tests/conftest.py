@@ -11,6 +11,7 @@ e.g. to give a worker process a database of its own.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,8 +24,18 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+from deletion.domain import config as domain_config
 from deletion.domain.db import make_engine
 from deletion.domain.migrate import upgrade
+
+# Signed chain heads are exported beside the database they sign.  The tests' databases are
+# their own, so their heads go to a folder of this session, never to var/chain-heads, where
+# `make run` or `make demo` keeps the heads of the embedded database (an evidence pack
+# built in a test would otherwise cite another database's heads and fail to verify).
+# pytest-django has loaded the settings before this file runs, so the process's one Config
+# object is pointed there too; worker processes the tests start inherit the variable.
+os.environ.setdefault("CHAIN_HEAD_EXPORT_DIR", tempfile.mkdtemp(prefix="test-chain-heads-"))
+object.__setattr__(domain_config.current(), "chain_head_export_dir", Path(os.environ["CHAIN_HEAD_EXPORT_DIR"]))
 
 # Real worker processes for the pipeline, web and reliability tests.
 pytest_plugins = ["tests.pipeline_fixtures"]

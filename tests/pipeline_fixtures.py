@@ -98,6 +98,8 @@ def pipeline_env(*, database_url: str, broker_url: str, work_dir: Path,
         "DATABASE_URL": database_url,
         "CELERY_BROKER_URL": broker_url,
         "VAR_DIR": str(work_dir / "var"),
+        # The pipeline's own heads, beside its own database (not the test session's folder).
+        "CHAIN_HEAD_EXPORT_DIR": str(work_dir / "var" / "chain-heads"),
         "CHECKPOINT_DIR": str(work_dir / "checkpoints"),
         "CORPUS_DIR": str(work_dir / "corpora"),
         "ENCRYPTION_KEY": _b64(cfg.encryption_key),
