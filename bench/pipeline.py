@@ -73,20 +73,27 @@ def _stages(database: Path) -> dict[str, Any]:
         engine.dispose()
 
 
-def time_to_certificate(settings: BenchSettings, assets: Assets, *, work: Path, console: Console) -> dict[str, Any]:
-    var = work / "pipeline-var"
+def _embedded_env(settings: BenchSettings, assets: Assets, var: Path, *, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """A fresh private VAR_DIR whose demo assets are the benchmark's own corpus and base (so
+    nothing is trained again), and the environment of `workers.embedded` run in it."""
     shutil.rmtree(var, ignore_errors=True)
     for name, source in (("corpus", assets.corpus_dir), ("base", assets.base_dir)):
         shutil.copytree(source, var / "demo-assets" / settings.preset / name)
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "CHECKPOINT_DIR", "CORPUS_DIR",
-                        "SIGNING_KEY_FILE", "SIGNING_KEYRING_DIR")}
+                        "SIGNING_KEY_FILE", "SIGNING_KEYRING_DIR", *drop)}
     env["VAR_DIR"] = str(var)
     import torch
 
     # The worker processes get the bench's torch thread count (`--threads`): on a shared
     # machine oversubscribed threads slow torch down by an order of magnitude.
     env.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    return env
+
+
+def time_to_certificate(settings: BenchSettings, assets: Assets, *, work: Path, console: Console) -> dict[str, Any]:
+    var = work / "pipeline-var"
+    env = _embedded_env(settings, assets, var)
     command = [sys.executable, "-m", "workers.embedded", "demo", "--preset", settings.preset,
                "--timeout", str(int(settings.pipeline_timeout_s))]
     with console.task("one request through the real pipeline"):
@@ -118,16 +125,7 @@ def service_walk(settings: BenchSettings, assets: Assets, *, work: Path, console
     --requests N`): per request, certified or not, seconds from submission to the end of
     its job, and the serving model's retained accuracy (the verifier's, vs its parent)."""
     var = work / "walk-var"
-    shutil.rmtree(var, ignore_errors=True)
-    for name, source in (("corpus", assets.corpus_dir), ("base", assets.base_dir)):
-        shutil.copytree(source, var / "demo-assets" / settings.preset / name)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "CHECKPOINT_DIR", "CORPUS_DIR",
-                        "SIGNING_KEY_FILE", "SIGNING_KEYRING_DIR", "VERIFICATION_POLICY_FILE")}
-    env["VAR_DIR"] = str(var)
-    import torch
-
-    env.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    env = _embedded_env(settings, assets, var, drop=("VERIFICATION_POLICY_FILE",))
     rows_file = work / "walk.json"
     rows_file.unlink(missing_ok=True)
     count = settings.continual_requests
