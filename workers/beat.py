@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from deletion.domain.certificate_heads import FULL_VERIFY_PERIOD, VERIFY_PERIOD
 from deletion.domain.seals import SEAL_PERIOD
 from workers import routing
 
@@ -44,4 +45,12 @@ SCHEDULE: dict[str, dict[str, Any]] = {
     "seal-audit-chain": _every(SEAL_PERIOD.total_seconds(), routing.SEAL_AUDIT_CHAIN),
     # The database against every signed head exported so far (and the seals they name).
     "check-chain-heads": _every(3600.0, routing.CHECK_CHAIN_HEADS),
+    # Signed verified heads of the certificate chain, where pages and the API start their
+    # check: from the last one every 15 minutes, and once a day the whole chain.
+    "verify-certificate-chain": _every(VERIFY_PERIOD.total_seconds(),
+                                       routing.VERIFY_CERTIFICATE_CHAIN),
+    "verify-certificate-chain-full": {
+        **_every(FULL_VERIFY_PERIOD.total_seconds(), routing.VERIFY_CERTIFICATE_CHAIN),
+        "kwargs": {"full": True},
+    },
 }

@@ -1,5 +1,6 @@
-"""Beat tasks that keep the audit chain honest: seal it (the only holder of the seal
-key), and compare the database with the signed heads exported off it.
+"""Beat tasks that keep the chains honest: seal the audit chain (the only holder of the
+seal key), compare the database with the signed heads exported off it, and sign the
+certificate chain's verified heads (where pages and the API start their check).
 
 Thin, like workers/tasks.py: each calls one domain function with the worker's
 settings.  A failed check is logged as an error by the domain and returned as a
@@ -51,3 +52,19 @@ def check_chain_heads() -> int:
     with session_scope(engine()) as session:
         verdict = chain_heads_check_file(session, path=path, keyring=keyring_from_config(cfg))
     return len(verdict.problems)
+
+
+@app.task(name=routing.VERIFY_CERTIFICATE_CHAIN, **_OPTIONS)
+def verify_certificate_chain(full: bool = False) -> int:
+    """Verify the certificate chain from its last verified head (``full``: from genesis)
+    and sign the head reached; the seq vouched for (0: nothing new, or the check failed)."""
+    from deletion.domain.certificate_heads import certificate_chain_vouch
+    from deletion.domain.db import session_scope
+    from deletion.domain.signing import keyring_from_config
+    from workers.runtime import config, engine, signer
+
+    signing = signer()  # first: loading the signer publishes its public key to the ring
+    keyring = keyring_from_config(config())
+    with session_scope(engine()) as session:
+        outcome = certificate_chain_vouch(session, signer=signing, keyring=keyring, full=full)
+    return outcome.head.verified_seq if outcome.head is not None else 0

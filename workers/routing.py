@@ -39,6 +39,7 @@ PRUNE_OUTBOX = "erasure.prune_outbox"
 RESEAL_CIPHERTEXTS = "erasure.reseal_ciphertexts"
 CHECK_CHAIN_HEADS = "erasure.check_chain_heads"
 SEAL_AUDIT_CHAIN = "erasure.seal_audit_chain"
+VERIFY_CERTIFICATE_CHAIN = "erasure.verify_certificate_chain"
 
 _GPU_TASKS = frozenset({UNLEARN})
 

@@ -554,12 +554,28 @@ def certificate_verify_one(
 
 
 def certificate_verify_chain(
-    session: Session, keyring: KeyRing, *, batch_size: int = 500
+    session: Session,
+    keyring: KeyRing,
+    *,
+    batch_size: int = 500,
+    after: tuple[int, str] | None = None,
+    until_seq: int | None = None,
 ) -> ChainVerification:
     """Recompute every hash and signature in seq order; name the first bad row.
 
     A missing row is named by its seq; rows cut off the end are caught by
     comparing the last row with the chain head.
+
+    Without ``after`` the walk starts at genesis.  With ``after=(seq, chain_hash)``
+    (a point already verified, e.g. a signed verified head, ``certificate_heads``)
+    the row at that seq is checked on its own (hash, stored fields, signature) and
+    must still have that chain hash; the walk then starts at the row after it, so a
+    check costs the length of the tail, not of the chain.  Rows before ``after`` are
+    not read: a change to them is for the full walk to find.  Without ``until_seq``
+    the walk runs to the end of the table and checks the chain head too; with it,
+    every row up to that seq must be there, and the walk stops there (the caller
+    read the head first and compares ``last_hash`` with it).  ``checked`` counts
+    the rows after ``after``.
     """
     expected_seq, prev_hash, checked = 1, GENESIS_HASH, 0
     stray = session.execute(
@@ -567,12 +583,19 @@ def certificate_verify_chain(
     ).scalar_one_or_none()
     if stray is not None:
         return ChainVerification(False, 0, stray, f"a row claims seq {stray}, before the chain")
-    while True:
+    if after is not None and after[0] > 0:
+        problem = _verified_row_problem(session, after, keyring=keyring)
+        if problem is not None:
+            return ChainVerification(False, 0, after[0], problem)
+    if after is not None:
+        expected_seq, prev_hash = after[0] + 1, after[1]
+    last_seq = until_seq
+    while last_seq is None or expected_seq <= last_seq:
+        query = select(Certificate).where(Certificate.seq >= expected_seq)
+        if last_seq is not None:
+            query = query.where(Certificate.seq <= last_seq)
         rows = session.execute(
-            select(Certificate)
-            .where(Certificate.seq >= expected_seq)
-            .order_by(Certificate.seq)
-            .limit(batch_size)
+            query.order_by(Certificate.seq).limit(batch_size)
             .execution_options(populate_existing=True)
         ).scalars().all()
         if not rows:
@@ -588,6 +611,13 @@ def certificate_verify_chain(
                 return ChainVerification(False, checked, row.seq, problem)
             checked += 1
             expected_seq, prev_hash = row.seq + 1, chain_hash
+    if last_seq is not None:
+        if expected_seq <= last_seq:
+            return ChainVerification(
+                False, checked, expected_seq,
+                f"certificate seq {expected_seq} is missing (the chain reaches seq {last_seq})",
+            )
+        return ChainVerification(True, checked, last_hash=prev_hash)
     head = session.get(ChainHead, CERTIFICATE_CHAIN, populate_existing=True)
     head_seq, head_hash = (head.seq, head.hash) if head else (0, GENESIS_HASH)
     if head_seq != expected_seq - 1:
@@ -599,7 +629,27 @@ def certificate_verify_chain(
         return ChainVerification(
             False, checked, head_seq, "chain head hash does not match the last certificate"
         )
-    return ChainVerification(True, checked)
+    return ChainVerification(True, checked, last_hash=prev_hash)
+
+
+def _verified_row_problem(
+    session: Session, after: tuple[int, str], *, keyring: KeyRing
+) -> str | None:
+    """Why the row at an already verified point no longer stands (or None): it must be
+    there, be sound on its own, and still have the chain hash that was verified."""
+    seq, chain_hash = after
+    row = session.execute(
+        select(Certificate).where(Certificate.seq == seq).execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+    if row is None:
+        return f"certificate seq {seq} was verified but is no longer in the table: rows were cut"
+    problem, recomputed = _row_problem(row, prev_hash=row.prev_hash, keyring=keyring)
+    if problem is not None:
+        return problem
+    if recomputed != chain_hash:
+        return (f"certificate seq {seq} no longer has the chain hash that was verified: "
+                "the chain was rewritten at or before it")
+    return None
 
 
 def _row_problem(

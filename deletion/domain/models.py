@@ -475,6 +475,26 @@ class AuditSeal(Base):
     sealed_at: Mapped[datetime]
 
 
+class CertificateVerifiedHead(Base):
+    """A point of the certificate chain that a full or incremental walk verified; append-only.
+
+    ``signature`` is Ed25519, by the signing key, over the record's canonical JSON
+    (``deletion.domain.certificate_heads``), so a reader that holds only the public
+    key ring can check it and start its walk there; an unsigned or altered row is
+    never trusted.
+    """
+
+    __tablename__ = "certificate_verified_heads"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    verified_seq: Mapped[int] = mapped_column(BigInteger, index=True)
+    chain_hash: Mapped[str] = mapped_column(String(HASH))
+    from_seq: Mapped[int] = mapped_column(BigInteger)  # where the walk began (0: genesis)
+    key_id: Mapped[str] = mapped_column(String(128))
+    signature: Mapped[str] = mapped_column(String(128))  # hex Ed25519 signature
+    verified_at: Mapped[datetime]
+
+
 class ChainHead(Base):
     """The tip of a hash chain; appenders lock this row so the chain cannot fork."""
 

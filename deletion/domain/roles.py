@@ -9,7 +9,8 @@ application role
 
 - SELECT, INSERT, UPDATE, DELETE on every table of the schema, except
 - SELECT and INSERT only on the append-only evidence: ``audit_events``,
-  ``certificates`` and ``verification_reports`` (no UPDATE, DELETE or TRUNCATE);
+  ``audit_seals``, ``certificates``, ``certificate_verified_heads`` and
+  ``verification_reports`` (no UPDATE, DELETE or TRUNCATE);
 - USAGE on the sequences (serial ids), and nothing else: no CREATE on the schema, no
   TRUNCATE, REFERENCES or TRIGGER anywhere.
 
@@ -30,7 +31,8 @@ from sqlalchemy import Engine, text
 
 from deletion.domain.db import make_engine
 
-APPEND_ONLY_TABLES = ("audit_events", "audit_seals", "certificates", "verification_reports")
+APPEND_ONLY_TABLES = ("audit_events", "audit_seals", "certificates", "certificate_verified_heads",
+                      "verification_reports")
 _ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

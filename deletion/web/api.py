@@ -16,7 +16,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from ninja import NinjaAPI, Path, Schema
+from ninja import NinjaAPI, Path, Query, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.responses import Status
@@ -33,7 +33,11 @@ from deletion.domain.services.requests import (
     request_submission,
 )
 from deletion.web import selectors
-from deletion.web.certificate_status import certificate_chain_status, certificate_status
+from deletion.web.certificate_status import (
+    certificate_chain_status,
+    certificate_status,
+    chain_summary,
+)
 from deletion.web.domain_session import domain_session
 from deletion.web.forms import MAX_LIST_ITEMS, MAX_NAME, MAX_NOTE, hidden_character_problem
 from deletion.web.models import api_token_authenticate, api_token_find
@@ -202,12 +206,21 @@ class CertificateOut(CertificateSummary):
 
 class VerificationOut(Schema):
     certificate_id: str
-    valid: bool
+    valid: bool = Field(description="the certificate's own hash and signature verify")
     reason: str | None
     key_id: str
-    chain_valid: bool
-    chain_checked: int
+    chain_valid: bool = Field(description="the chain verifies over the stretch this check read")
+    chain_checked: int = Field(description="certificates after chain_verified_from recomputed")
     chain_first_bad_seq: int | None
+    chain_reason: str | None = Field(description="why the chain does not verify")
+    chain_mode: str = Field(description="incremental: from the newest signed verified head; "
+                                        "full: from genesis (?full=1, or no trusted head)")
+    chain_verified_from: int = Field(description="the seq the walk began after (0: genesis); "
+                                                 "rows up to it were not re-read")
+    chain_verified_at: datetime | None = Field(description="when the worker signed that verified head")
+    chain_head_seq: int = Field(description="the chain head the walk ended at")
+    chain_summary: str = Field(description="what was checked, in one sentence")
+    chain_warnings: list[str]
 
 
 class OfflineVerifyIn(Schema):
@@ -355,19 +368,25 @@ def get_certificate(request: HttpRequest, certificate_id: str = REF) -> dict[str
 
 @api.get("/certificates/{certificate_id}/verification", response={200: VerificationOut, **ERRORS},
          tags=["certificates"])
-def verify_certificate(request: HttpRequest, certificate_id: str = REF) -> dict[str, Any]:
-    """Check the stored certificate's hash and signature against the public key ring,
-    and the whole certificate chain."""
+def verify_certificate(request: HttpRequest, certificate_id: str = REF,
+                       full: bool = Query(False, description="walk the whole chain from genesis")
+                       ) -> dict[str, Any]:
+    """Check the stored certificate's hash and signature against the public key ring, and
+    the certificate chain from its newest signed verified head to the head (rows before
+    that head are not re-read); ``?full=1`` walks the whole chain instead."""
     require(request, "read")
     with domain_session() as session:
         row = selectors.certificate_by_id(session, certificate_id)
         if row is None:
             raise NotFound(f"certificate {certificate_id} does not exist")
         status = certificate_status(row)
-        chain = certificate_chain_status(session)
+        chain = certificate_chain_status(session, full=full)
         return {"certificate_id": row.certificate_id, "valid": status.valid, "reason": status.reason,
                 "key_id": row.key_id, "chain_valid": chain.ok, "chain_checked": chain.checked,
-                "chain_first_bad_seq": chain.first_bad_seq}
+                "chain_first_bad_seq": chain.first_bad_seq, "chain_reason": chain.reason,
+                "chain_mode": chain.mode, "chain_verified_from": chain.verified_from,
+                "chain_verified_at": chain.verified_at, "chain_head_seq": chain.head_seq,
+                "chain_summary": chain_summary(chain), "chain_warnings": list(chain.warnings)}
 
 
 @api.get("/models/{name}/serving", response={200: ServingOut, **ERRORS}, tags=["models"])

@@ -1,18 +1,16 @@
 """The verification badge: a stored certificate checked against the public key ring,
-the same way an outsider would check the exported file."""
+the same way an outsider would check the exported file; and the chain's status, checked
+from its newest signed verified head (the whole chain only when asked)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC
 
 from django.conf import settings
 from sqlalchemy.orm import Session
 
-from deletion.domain.audit import ChainVerification
-from deletion.domain.certificates import (
-    certificate_verify_chain,
-    certificate_verify_one,
-    payload_hash_of,
-)
+from deletion.domain.certificate_heads import CertificateChainCheck, certificate_chain_check
+from deletion.domain.certificates import certificate_verify_one, payload_hash_of
 from deletion.domain.models import Certificate
 from deletion.domain.signing import KeyRing, SigningError, keyring_from_config
 
@@ -37,5 +35,20 @@ def certificate_status(certificate: Certificate, keyring: KeyRing | None = None)
     return CertificateStatus(check.ok, check.reason, certificate.key_id)
 
 
-def certificate_chain_status(session: Session) -> ChainVerification:
-    return certificate_verify_chain(session, keyring_from_config(settings.CONFIG))
+def certificate_chain_status(session: Session, *, full: bool = False) -> CertificateChainCheck:
+    """From the newest signed verified head to the chain head (``full``: from genesis)."""
+    return certificate_chain_check(session, keyring_from_config(settings.CONFIG), full=full)
+
+
+def chain_summary(chain: CertificateChainCheck) -> str:
+    """What the check read, in one sentence (the page and the API say the same)."""
+    if chain.mode == "incremental" and chain.verified_at is not None:
+        start = (f"from seq {chain.verified_from} (signed verified head of "
+                 f"{chain.verified_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)")
+    else:
+        start = "from seq 1 (the whole chain)"
+    if chain.ok:
+        return (f"verified {start} to the head at seq {chain.head_seq}: "
+                f"{chain.checked} certificates re-checked")
+    return (f"checked {start}: broken at seq {chain.first_bad_seq} after "
+            f"{chain.checked} certificates that verify")

@@ -189,3 +189,21 @@ def certified(tmp_path_factory: pytest.TempPathFactory, django_db_setup: None) -
                            action="request.completed")
         return {"reference": reference, "model": name, "certificate_id": certificate.certificate_id,
                 "job_id": job.id, "candidate_digest": candidate.digest}
+
+
+@pytest.fixture
+def vouched(certified: dict[str, Any]) -> int:
+    """The certificate chain verified and signed at its head by the worker's check (as
+    beat runs it); returns the seq of the newest verified head."""
+    from django.conf import settings as django_settings
+
+    from deletion.domain.certificate_heads import certificate_chain_vouch
+    from deletion.domain.signing import keyring_from_config, signer_from_config
+    from deletion.web.domain_session import domain_session
+
+    signer = signer_from_config(django_settings.CONFIG)
+    with domain_session() as session:
+        outcome = certificate_chain_vouch(session, signer=signer,
+                                          keyring=keyring_from_config(django_settings.CONFIG))
+    assert outcome.check.ok, outcome.check
+    return outcome.check.head_seq

@@ -156,6 +156,27 @@ def test_certificates_are_listed_fetched_and_verified(make_user, certified):
     assert bad["valid"] is False and bad["reason"]
 
 
+def test_the_chain_is_checked_from_the_last_verified_head_and_whole_on_request(make_user, certified,
+                                                                              vouched):
+    client = _token_client(make_user, "auditor")
+    url = f"/api/v1/certificates/{certified['certificate_id']}/verification"
+
+    incremental = client.get(url).json()
+    full = client.get(url, {"full": "1"}).json()
+
+    assert incremental["valid"] is True and incremental["chain_valid"] is True
+    assert incremental["chain_mode"] == "incremental" and incremental["chain_verified_from"] == vouched
+    assert incremental["chain_verified_at"] is not None and incremental["chain_warnings"] == []
+    assert incremental["chain_checked"] == incremental["chain_head_seq"] - vouched
+    assert incremental["chain_summary"].startswith(f"verified from seq {vouched} (signed verified head of ")
+    assert full["chain_valid"] is True and full["chain_mode"] == "full"
+    assert full["chain_verified_from"] == 0 and full["chain_checked"] == full["chain_head_seq"]
+    assert full["chain_summary"].startswith("verified from seq 1 (the whole chain) to the head")
+    assert client.get(url, {"full": "0"}).json()["chain_mode"] == "incremental"
+    bad = client.get(url, {"full": "maybe"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "full"
+
+
 def test_a_serving_system_reads_the_checkpoint_to_load(make_user, certified):
     served = _token_client(make_user, "auditor").get(f"/api/v1/models/{certified['model']}/serving").json()
     assert served["digest"] == certified["candidate_digest"] and served["version"] == 2

@@ -103,6 +103,20 @@ def test_a_completed_request_shows_its_evidence_and_certificate(client_as, certi
     assert document["certificate_id"] == certified["certificate_id"] and document["payload"].startswith("{")
 
 
+def test_the_certificate_list_says_what_its_chain_check_read(client_as, certified, vouched):
+    client = client_as("auditor")
+
+    page = client.get("/certificates/").content.decode()
+    full = client.get("/certificates/", {"full": "1"}).content.decode()
+
+    assert 'data-chain-mode="incremental"' in page
+    assert f"Verified from seq {vouched} (signed verified head of " in page
+    assert 'href="?full=1">Verify the whole chain</a>' in page
+    assert 'data-chain-mode="full"' in full and "Verified from seq 1 (the whole chain) to the head" in full
+    assert "the whole chain verifies" in full
+    assert client.get("/certificates/", {"full": "yes"}).status_code == 400
+
+
 def test_the_registry_shows_lineage_serving_pointer_and_embodied_certificates(client_as, certified):
     page = client_as("auditor").get(f"/models/{certified['model']}/").content.decode()
     assert page.count('class="lineage"') == 1 and "v2 · serving" in page and "v1 · retired" in page

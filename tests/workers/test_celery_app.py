@@ -84,7 +84,8 @@ def test_beat_runs_every_housekeeping_task_each_expiring_within_its_period() -> 
                      routing.PURGE_IDENTIFIERS, routing.NOTIFY_RECIPIENTS,
                      routing.CHECK_SERVING_DIGESTS, routing.EXPORT_CHAIN_HEADS,
                      routing.SWEEP_WORK_FILES, routing.PRUNE_OUTBOX, routing.RESEAL_CIPHERTEXTS,
-                     routing.SEAL_AUDIT_CHAIN, routing.CHECK_CHAIN_HEADS}
+                     routing.SEAL_AUDIT_CHAIN, routing.CHECK_CHAIN_HEADS,
+                     routing.VERIFY_CERTIFICATE_CHAIN}
     for entry in SCHEDULE.values():
         period = entry["schedule"].total_seconds()
         assert 0 < entry["options"]["expires"] <= period

@@ -343,3 +343,43 @@ def test_beat_seals_the_audit_chain_and_checks_the_exported_heads(
     finally:
         runtime.use_database(None)
     assert (tmp_path / "keys" / "audit-seal.key").is_file()  # the sealer made its own key
+
+
+def test_beat_verifies_the_certificate_chain_from_its_last_head_and_daily_in_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from deletion.domain.certificate_heads import certificate_chain_check
+    from deletion.domain.config import load
+    from deletion.domain.models import CertificateVerifiedHead
+    from deletion.domain.signing import keyring_from_config
+    from workers import integrity_tasks, runtime
+    from workers.celery_app import app
+
+    every = [e for e in beat.SCHEDULE.values() if e["task"] == routing.VERIFY_CERTIFICATE_CHAIN]
+    assert sorted((e["schedule"].total_seconds(), e.get("kwargs", {})) for e in every) == [
+        (900.0, {}), (86400.0, {"full": True})]
+    assert all(e["options"]["queue"] == routing.DEFAULT_QUEUE for e in every)
+    assert routing.VERIFY_CERTIFICATE_CHAIN in app.tasks
+
+    cfg = load({"VAR_DIR": str(tmp_path)})
+    monkeypatch.setattr(runtime, "config", lambda: cfg)
+    url = fresh_database_url("erasure_vouch")  # a chain signed by this test's key only
+    engine = make_engine(url)
+    runtime.use_database(url)
+    try:
+        with session_scope(engine) as session:
+            _issue_chain(session, runtime.signer(), 2)
+            head = session.get(ChainHead, CERTIFICATE_CHAIN).seq
+        assert integrity_tasks.verify_certificate_chain.run() == head
+        assert integrity_tasks.verify_certificate_chain.run() == 0  # nothing new
+        assert integrity_tasks.verify_certificate_chain.run(full=True) == head
+        with session_scope(engine) as session:
+            newest = session.execute(select(CertificateVerifiedHead)
+                                     .order_by(CertificateVerifiedHead.id.desc())).scalars().first()
+            check = certificate_chain_check(session, keyring_from_config(cfg))
+            assert (newest.verified_seq, newest.from_seq) == (head, 0)
+    finally:
+        runtime.use_database(None)
+        engine.dispose()
+        drop_database(url)
+    assert (check.ok, check.mode, check.verified_from, check.checked) == (True, "incremental", head, 0)

@@ -17,7 +17,11 @@ from deletion.domain.services.model_settings import model_batch_window_set, mode
 from deletion.domain.services.recipients import recipient_register
 from deletion.domain.signing import keyring_from_config
 from deletion.web import charts, selectors
-from deletion.web.certificate_status import certificate_chain_status, certificate_status
+from deletion.web.certificate_status import (
+    certificate_chain_status,
+    certificate_status,
+    chain_summary,
+)
 from deletion.web.domain_session import domain_session
 from deletion.web.forms import OwnerForm, RecipientForm, ScheduleForm
 from deletion.web.roles import actor_of, requires
@@ -120,9 +124,17 @@ def recipient_add(request: HttpRequest, name: str) -> HttpResponse:
 @require_GET
 @requires("read")
 def certificate_list(request: HttpRequest) -> HttpResponse:
+    """The newest certificates, each checked on its own, and the chain checked from its
+    newest signed verified head; ``?full=1`` walks the whole chain instead."""
+    full = request.GET.get("full", "0")
+    if full not in ("0", "1"):
+        return render(request, "web/error.html", {
+            "status": 400, "title": "Bad request",
+            "message": "full must be 0 (check from the last verified head) or 1 (the whole chain)."},
+            status=400)
     with domain_session() as session:
         rows = selectors.certificate_page(session)
-        chain = certificate_chain_status(session)
+        chain = certificate_chain_status(session, full=full == "1")
         keyring = keyring_from_config(settings.CONFIG)
         items = []
         for row in rows:
@@ -131,7 +143,9 @@ def certificate_list(request: HttpRequest) -> HttpResponse:
             items.append({"row": row, "refs": refs, "model": payload.get("model", {}).get("name")
                           if isinstance(payload.get("model"), dict) else payload.get("model_name"),
                           "status": certificate_status(row, keyring)})
-        return render(request, "web/certificate_list.html", {"items": items, "chain": chain})
+        return render(request, "web/certificate_list.html", {
+            "items": items, "chain": chain, "chain_summary": chain_summary(chain),
+            "full_requested": full == "1"})
 
 
 @require_GET
