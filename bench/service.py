@@ -11,6 +11,13 @@ hash function and bulk-loaded with COPY, then ``audit_verify`` walks them all (t
 full walk, goal 100,000 events/s); then a keyed seal is placed ``TAIL`` events before
 the head and the incremental check (``audit_seals_verify``, what the audit page and
 the sealer run) is timed and its rows counted: it must read the tail only.
+
+Certificate chain: ``n`` signed, chained certificates are generated with the domain's
+chain arithmetic and an Ed25519 bench key and bulk-loaded with COPY; the full walk
+(``certificate_chain_check(full=True)``: every hash and signature) is timed, then a
+signed verified head is placed ``CERTIFICATE_TAIL`` certificates before the head and
+the incremental check (what the certificate page and the API run) is timed and its
+rows counted.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ WRK = shutil.which("wrk") or "/usr/bin/wrk"
 # Goals of issue 15 (the service under load), printed beside the figures.
 GOALS = {"create_vs_trivial": 0.5, "create_p99_ms": 50.0, "audit_events_per_s": 100_000.0}
 TAIL = 1000
+CERTIFICATE_TAIL = 100
+MAX_CERTIFICATES = 20_000
 
 # Every wrk thread has its own Lua state with the same unseeded random numbers, so the
 # thread's number is part of the name: a new subject per request, never a repeat of the
@@ -291,8 +300,98 @@ def _incremental_check(engine: Any, n: int) -> dict[str, Any]:
             "problems": list(check.problems)}
 
 
+def _certificate_rows(n: int, signer: Any) -> Iterator[tuple[Any, ...]]:
+    """Certificates 1..n as stored rows (seq, certificate_id, payload, payload_hash,
+    prev_hash, signature, key_id, signed_at, job_id), each chained and signed."""
+    from deletion.domain.canonical import GENESIS_HASH, canonical_json
+    from deletion.domain.certificates import (
+        SCHEMA_VERSION,
+        chain_hash_of,
+        payload_hash_of,
+        plain_value,
+    )
+
+    prev = GENESIS_HASH
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for seq in range(1, n + 1):
+        signed_at = start + timedelta(seconds=seq)
+        certificate_id = f"DC-2026-{seq:06d}"
+        text = canonical_json(plain_value({
+            "schema": SCHEMA_VERSION, "certificate_id": certificate_id, "seq": seq, "prev_hash": prev,
+            "signer_key_id": signer.key_id, "job_id": None, "timestamps": {"signed": signed_at},
+            "requests": [{"reference": f"ER-2026-{seq:08d}", "subject_hmac": f"{seq:064x}"}]}))
+        payload_hash = payload_hash_of(text)
+        chain_hash = chain_hash_of(seq, prev, payload_hash)
+        yield (seq, certificate_id, text, payload_hash, prev,
+               signer.sign(bytes.fromhex(chain_hash)).hex(), signer.key_id, signed_at, None)
+        prev = chain_hash
+
+
+def certificate_chain(settings: BenchSettings, *, console: Console) -> dict[str, Any]:
+    """Certificates verified per second: the full walk, and the check from a signed
+    verified head CERTIFICATE_TAIL certificates before the chain head."""
+    import psycopg
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.orm import Session
+
+    from deletion.domain.certificate_heads import certificate_chain_check, verified_head_sign
+    from deletion.domain.certificates import chain_hash_of
+    from deletion.domain.db import make_engine, session_scope
+    from deletion.domain.migrate import upgrade
+    from deletion.domain.models import Certificate
+    from deletion.domain.signing import KeyRing, Signer
+
+    n = max(min(settings.audit_events // 20, MAX_CERTIFICATES), CERTIFICATE_TAIL + 1)
+    signer = Signer.from_private_key(Ed25519PrivateKey.generate())
+    keyring = KeyRing({signer.key_id: signer.public_key})
+    with fresh_database() as url:
+        upgrade(url)
+        u = make_url(url)
+        with console.task(f"write {n:,} signed, chained certificates"):
+            with psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, password=u.password,
+                                 dbname=u.database) as connection:
+                last: tuple[int, str] = (0, "")
+                with connection.cursor() as cursor, cursor.copy(
+                        "COPY certificates (seq, certificate_id, payload, payload_hash, prev_hash, signature,"
+                        " key_id, signed_at, job_id) FROM STDIN") as copy:
+                    for row in _certificate_rows(n, signer):
+                        copy.write_row(row)
+                        last = (row[0], chain_hash_of(row[0], row[4], row[3]))
+                connection.execute("INSERT INTO chain_heads (name, seq, hash) VALUES ('certificates', %s, %s)",
+                                   last)
+                connection.commit()
+        engine = make_engine(url)
+        try:
+            with console.task(f"full walk over {n:,} certificates"), Session(engine) as session:
+                started = time.perf_counter()
+                full = certificate_chain_check(session, keyring, full=True)
+                full_s = time.perf_counter() - started
+            verified_seq = n - CERTIFICATE_TAIL
+            with session_scope(engine) as session:
+                row = session.query(Certificate).filter(Certificate.seq == verified_seq).one()
+                session.add(verified_head_sign(
+                    signer, verified_seq=verified_seq, from_seq=0, verified_at=datetime.now(UTC),
+                    chain_hash=chain_hash_of(verified_seq, row.prev_hash, row.payload_hash)))
+            with console.task(f"check from a verified head {CERTIFICATE_TAIL} certificates before the head"), \
+                    Session(engine) as session:
+                started = time.perf_counter()
+                incremental = certificate_chain_check(session, keyring)
+                incremental_s = time.perf_counter() - started
+        finally:
+            engine.dispose()
+    if full.checked != n:
+        raise RuntimeError(f"the full walk checked {full.checked} of {n} certificates: {full.reason}")
+    return {"certificates": n, "ok": full.ok, "reason": full.reason, "full_s": full_s,
+            "full_per_s": n / full_s, "backend": "postgresql",
+            "incremental": {"ok": incremental.ok, "mode": incremental.mode, "checked": incremental.checked,
+                            "tail": CERTIFICATE_TAIL, "seconds": incremental_s,
+                            "per_s": incremental.checked / incremental_s, "reason": incremental.reason}}
+
+
 def run_service(settings: BenchSettings, *, work: Path, console: Console) -> dict[str, Any]:
     out: dict[str, Any] = {}
     measure(out, "api", lambda: api_throughput(settings, work=work, console=console))
     measure(out, "audit", lambda: audit_chain(settings, console=console))
+    measure(out, "certificates", lambda: certificate_chain(settings, console=console))
     return out
