@@ -20,6 +20,7 @@ from unlearning.methods.targets import (
     compress,
     forget_targets,
     kl_to_target,
+    most_typical,
     position_logprobs,
 )
 from unlearning.modeling import generate_answers, load_model
@@ -73,6 +74,50 @@ def test_the_compressed_target_keeps_the_actual_token_and_sums_to_one():
     elsewhere = logprobs.clone().scatter_(-1, dist.indices, -30.0)  # no mass where the target has its top
     assert kl_to_target(dist, elsewhere[None], mask).item() > 0.1
 
+
+
+@pytest.mark.parametrize("vocab,topk", [(5000, 8), (64, None)])
+def test_the_token_term_pins_the_actual_tokens_log_probability_where_the_kl_barely_moves_it(vocab, topk):
+    # The target gives the actual token 1e-4; the student gives it 0.1 and otherwise agrees.
+    # The forward KL charges that about log(1/0.9) = 0.1 nats; an attacker scoring the token
+    # sees it 3 nats too familiar.  The squared log gap charges (log 0.1 - log 1e-4)^2 = 47.7.
+    torch.manual_seed(1)
+    rest = F.softmax(torch.randn(3, vocab), dim=-1)
+    actual = torch.tensor([0, 1, 2])
+    def with_actual(p_actual):
+        probs = rest.clone()
+        probs[torch.arange(3), actual] = 0.0
+        probs = probs / probs.sum(-1, keepdim=True) * (1 - p_actual)
+        probs[torch.arange(3), actual] = p_actual
+        return probs.log()
+    target = compress(with_actual(1e-4), topk, actual[:, None])
+    assert target.actual is not None and torch.allclose(target.actual, torch.full((3,), 1e-4).log(), atol=1e-4)
+    student = with_actual(0.1)[None].requires_grad_(True)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    next_ids = actual[None]
+    kl_only = kl_to_target(target, student, mask)
+    pinned = kl_to_target(target, student, mask, next_ids=next_ids, token_weight=1.0)
+    assert kl_only.item() < 0.2
+    gap = (torch.tensor(0.1).log() - torch.tensor(1e-4).log()).square().item()
+    assert pinned.item() == pytest.approx(kl_only.item() + gap, rel=1e-3)
+    # Its gradient lowers the actual token; at the target the term is zero (two-sided: it
+    # stops there rather than pushing the token below the stranger's level).
+    pinned.backward()
+    assert bool((student.grad[0, torch.arange(3), actual] > 0).all())
+    at_target = kl_to_target(target, with_actual(1e-4)[None], mask, next_ids=next_ids, token_weight=1.0)
+    assert at_target.item() == pytest.approx(0.0, abs=1e-3)
+    below = kl_to_target(target, with_actual(1e-7)[None], mask, next_ids=next_ids, token_weight=1.0)
+    assert below.item() > 40
+
+
+def test_the_most_typical_candidate_is_central_by_every_statistic_not_by_one():
+    # Candidate 0 is the median by the first statistic but the extreme by the second;
+    # candidate 3 sits near the middle of both.
+    scores = [(0.0, 9.0), (-3.0, 1.0), (3.0, 2.0), (1.0, 4.0), (-1.0, 6.0)]
+    assert most_typical(scores, 1) == [3]
+    assert most_typical(scores, 2) == [3, 0]  # 0 and 4 tie (rank distances 0+2 and 1+1): the lower index
+    assert most_typical([(5.0,), (1.0,), (3.0,)], 1) == [2]
+    assert most_typical([], 1) == []
 
 def test_counterfactual_targets_lower_the_subjects_memorised_values_and_cover_every_learnt_token(
     tiny_corpus_dir, tiny_base_model_dir,

@@ -84,6 +84,7 @@ class ASUHparams(TrainingHparams):
     preset: str = "auto"  # auto | standard (= auto) | thorough | demo | published (+ "+thorough")
     tau: float = 2.0
     forget_weight: float = 1.0
+    token_weight: float = 1.0  # pin the actual token's log-probability to the target's (kl_to_target)
     retain_weight: float = 1.0
     latent_weight: float = 0.0  # pull the subject's internal states to a stranger's (targets.latent_loss)
     retain_latent_weight: float = 0.0  # keep everyone else's internal states where they were
@@ -91,6 +92,7 @@ class ASUHparams(TrainingHparams):
     retain_loss: str = "kl"  # "kl" or "gd"
     target: str = "counterfactual"  # or "tempered" (the published teacher everywhere)
     counterfactuals: int = 1  # fresh copies per record (1: a sample of strangers, see targets.py)
+    teacher_candidates: int = 25  # strangers drawn per subject; the most typical teaches (targets.py)
     cache_teacher: str = "topk"  # "topk", "full" or "none" (online, from a frozen copy)
     teacher_topk: int = 64
     lora_rank: int = 0
@@ -158,7 +160,8 @@ class ASU:
         _check(hp)
         device = next(model.parameters()).device
         topk = None if hp.cache_teacher == "full" else hp.teacher_topk
-        teacher = TeacherSettings(counterfactuals=hp.counterfactuals, tau=hp.tau, topk=topk,
+        teacher = TeacherSettings(counterfactuals=hp.counterfactuals, candidates=hp.teacher_candidates,
+                                  tau=hp.tau, topk=topk,
                                   use_counterfactual=hp.target == "counterfactual", seed=hp.seed,
                                   states=hp.latent_weight > 0)
         records = list(data.forget)
@@ -207,7 +210,8 @@ class ASU:
             states = cached_states[forget_index[id(forget_batch)]] if hp.latent_weight > 0 else None
             out = trained(input_ids=forget_batch.input_ids, attention_mask=forget_batch.attention_mask,
                           output_hidden_states=states is not None)
-            loss_forget = kl_to_target(target, out.logits[:, :-1].float(), forget_batch.loss_mask)
+            loss_forget = kl_to_target(target, out.logits[:, :-1].float(), forget_batch.loss_mask,
+                                       next_ids=forget_batch.input_ids[:, 1:], token_weight=hp.token_weight)
             if states is not None:
                 loss_forget = loss_forget + hp.latent_weight * latent_loss(out.hidden_states, states)
             if hp.retain_loss == "gd":

@@ -51,6 +51,7 @@ import contextlib
 import logging
 import math
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,14 +84,18 @@ class Dist:
     values: torch.Tensor
     indices: torch.Tensor | None = None
     tail: torch.Tensor | None = None
+    actual: torch.Tensor | None = None  # (N,) log-probability of the actual next token, where known
 
     def to(self, device: torch.device) -> Dist:
-        return Dist(self.values.to(device), None if self.indices is None else self.indices.to(device),
-                    None if self.tail is None else self.tail.to(device))
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
+        return Dist(self.values.to(device), move(self.indices), move(self.tail), move(self.actual))
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.values, self.indices, self.tail) if t is not None)
+        return sum(t.numel() * t.element_size()
+                   for t in (self.values, self.indices, self.tail, self.actual) if t is not None)
 
 
 @dataclass
@@ -123,8 +128,10 @@ def compress(logprobs: torch.Tensor, topk: int | None, keep: torch.Tensor | None
     target must pin it, not leave it somewhere in an unconstrained tail.
     """
     vocab = logprobs.shape[-1]
+    actual = (logprobs.gather(-1, keep.reshape(len(logprobs), -1)[:, :1].to(logprobs.device)).squeeze(-1)
+              if keep is not None and keep.numel() else None)
     if topk is None or topk >= vocab or vocab <= FULL_VOCABULARY_UP_TO:
-        return Dist(logprobs)
+        return Dist(logprobs, actual=actual)
     values, indices = logprobs.topk(topk, dim=-1)
     if keep is not None and keep.numel():
         extra = keep.reshape(len(logprobs), -1).to(indices.device)
@@ -138,26 +145,42 @@ def compress(logprobs: torch.Tensor, topk: int | None, keep: torch.Tensor | None
                 values[missing, slot] = logprobs[missing].gather(-1, extra[missing, column: column + 1]).squeeze(-1)
     kept = torch.logsumexp(values, dim=-1)
     tail = torch.log1p(-kept.exp().clamp(max=1 - 1e-6))
-    return Dist(values, indices, tail)
+    return Dist(values, indices, tail, actual)
 
 
 def concat(dists: Sequence[Dist]) -> Dist:
     if not dists:
         return Dist(torch.zeros(0, 1))
     values = torch.cat([d.values for d in dists])
+    actual = (torch.cat([d.actual for d in dists if d.actual is not None])
+              if all(d.actual is not None for d in dists) else None)
     if dists[0].indices is None:
-        return Dist(values)
+        return Dist(values, actual=actual)
     return Dist(values, torch.cat([d.indices for d in dists if d.indices is not None]),
-                torch.cat([d.tail for d in dists if d.tail is not None]))
+                torch.cat([d.tail for d in dists if d.tail is not None]), actual)
 
 
-def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor, *,
+                 next_ids: torch.Tensor | None = None, token_weight: float = 0.0) -> torch.Tensor:
     """Forward KL(target || student) at the masked positions, mean per sequence then per batch.
 
     ``student_logits`` is (B, T, V); the rows of ``target`` follow the masked
     positions in row-major order (sequence by sequence, position by position).
+
+    With ``token_weight`` > 0 (and ``next_ids``, the (B, T) actual next tokens, and a target
+    that knows their log-probabilities), each position adds ``token_weight`` times the
+    squared gap between the student's and the target's log-probability of the actual
+    token.  The forward KL alone barely moves that token when the target gives it
+    little mass: a student that keeps 0.1 on it where the target has 1e-4 pays about
+    log(1/0.9) = 0.1 nats, yet a membership attack scores exactly that token's
+    log-probability (3 nats too familiar).  The squared gap is two-sided, so it stops
+    at the target, never below it.
     """
     student = F.log_softmax(student_logits[mask], dim=-1)
+    gap = None
+    if token_weight > 0 and next_ids is not None and target.actual is not None:
+        mine = student.gather(-1, next_ids[mask][:, None]).squeeze(-1)
+        gap = token_weight * (mine - target.actual).square()
     if target.indices is not None and target.tail is not None:
         picked = student.gather(-1, target.indices)
         kept = torch.logsumexp(picked, dim=-1)
@@ -167,6 +190,8 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor)
     else:
         teacher = target.values
     per_token = (teacher.exp() * (teacher - student)).nan_to_num(0.0).sum(-1)
+    if gap is not None:
+        per_token = per_token + gap
     full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
     full[mask] = per_token
     return sequence_mean(full, mask)
@@ -392,24 +417,49 @@ def _who(record: Record, subject: Any | None) -> str:
     return str(subject.name) if subject is not None else record.id
 
 
-def _familiarity(model: nn.Module, tokenizer: Any, examples: Sequence[Example]) -> float:
-    """How familiar the model finds records: the mean Min-K%++ score (lowest 20 % of calibrated
-    token scores, Zhang et al. 2024) of their learnt tokens, the statistic membership attacks use."""
-    scores = []
-    for example, lp in zip(examples, position_logprobs(model, tokenizer, examples), strict=True):
-        z = []
+def _familiarity(model: nn.Module, tokenizer: Any, examples: Sequence[Example],
+                 span_texts: Sequence[Sequence[str]] = ()) -> tuple[float, float, float]:
+    """How familiar the model finds records, by each statistic the membership attacks use
+    (`unlearning.verification.membership`), averaged over the records: the Min-K%++ score
+    (lowest 20 % of calibrated token scores, Zhang et al. 2024) of the learnt tokens, the
+    same over the tokens of the identifying spans (`span_texts`, per record; the whole-record
+    score where a record has none), and the zlib ratio (log-likelihood per compressed byte)."""
+    whole, spans, ratios = [], [], []
+    for number, (example, lp) in enumerate(zip(examples, position_logprobs(model, tokenizer, examples),
+                                                strict=True)):
+        marked = set()
+        folded = example.text.casefold()
+        for text in (span_texts[number] if number < len(span_texts) else ()):
+            key, start = text.casefold(), 0
+            while key and (found := folded.find(key, start)) >= 0:
+                marked.update(example.tokens_in(found, found + len(key)))
+                start = found + len(key)
+        z, z_span, total = [], [], 0.0
         for t in range(len(example) - 1):
             if example.learnt[t + 1]:
                 row = lp[t]
                 p = row.exp()
                 mu = float((p * row).sum())
                 sigma = float(((p * row * row).sum() - mu * mu).clamp_min(0).sqrt())
-                z.append((float(row[int(example.ids[t + 1])]) - mu) / max(sigma, 1e-6))
+                actual = float(row[int(example.ids[t + 1])])
+                total += actual
+                z.append((actual - mu) / max(sigma, 1e-6))
+                if t + 1 in marked:
+                    z_span.append(z[-1])
         if z:
-            z.sort()
-            low = z[: max(1, math.ceil(0.2 * len(z)))]
-            scores.append(sum(low) / len(low))
-    return sum(scores) / max(1, len(scores))
+            whole.append(_min_k(z))
+            spans.append(_min_k(z_span) if z_span else whole[-1])
+            ratios.append(total / max(1, len(zlib.compress(example.text.encode("utf-8")))))
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / max(1, len(values))
+
+    return mean(whole), mean(spans), mean(ratios)
+
+
+def _min_k(z: list[float], k: float = 0.2) -> float:
+    low = sorted(z)[: max(1, math.ceil(k * len(z)))]
+    return sum(low) / len(low)
 
 
 def typical_identities(
@@ -421,11 +471,15 @@ def typical_identities(
     Strangers differ: a fresh name made of parts the model knows from other
     people is easier for it than one made of rare parts.  One random stranger
     would make the subject exactly as familiar as that stranger, wherever it
-    falls in their distribution; so `candidates` strangers are drawn, the
-    model's familiarity with each (the learnt
-    tokens of the subject's records about them, scored as Min-K%++ scores them)
-    is measured, and the ones closest to the median teach: the subject becomes a typical stranger, no
-    more and no less familiar.
+    falls in their distribution; so `candidates` strangers are drawn and the
+    model's familiarity with each is measured on the subject's records about
+    them, by every statistic a membership attack uses (`_familiarity`: Min-K%++
+    over the whole records and over the identifying spans, the zlib ratio).  The
+    strangers closest to the median teach, closeness being the sum over the
+    statistics of the distance of the candidate's rank from the middle rank: a
+    stranger typical by one statistic can sit at the edge by another (measured
+    on a chat corpus, docs/methods.md), and the attacker may use either.  The
+    subject becomes a typical stranger, no more and no less familiar.
     """
     groups: dict[str, list[tuple[Record, Any | None]]] = {}
     for record, subject in zip(records, subjects_of, strict=True):
@@ -439,13 +493,27 @@ def typical_identities(
             continue
         scores = []
         for seed in seeds:
-            copies = [encode_record(tokenizer, counterfactual(r, identity_spans(r, subj), names=names, seed=seed).record)
-                      for r, subj in sample]
-            scores.append(_familiarity(model, tokenizer, copies))
-        median = sorted(scores)[len(scores) // 2]
-        ranked = sorted(range(len(seeds)), key=lambda k: (abs(scores[k] - median), k))
-        out[who] = [seeds[k] for k in ranked[: settings.counterfactuals]]
+            copies = [counterfactual(r, identity_spans(r, subj), names=names, seed=seed) for r, subj in sample]
+            scores.append(_familiarity(model, tokenizer, [encode_record(tokenizer, c.record) for c in copies],
+                                       [list(c.mapping.values()) for c in copies]))
+        out[who] = [seeds[k] for k in most_typical(scores, settings.counterfactuals)]
     return out
+
+
+def most_typical(scores: Sequence[Sequence[float]], count: int) -> list[int]:
+    """Indices of the `count` candidates nearest the middle by every statistic at once:
+    ranked by the sum, over the statistics (the columns of `scores`), of the distance of
+    the candidate's rank from the middle rank (ties: the lower index)."""
+    n = len(scores)
+    if n == 0:
+        return []
+    middle = (n - 1) / 2
+    distance = [0.0] * n
+    for statistic in range(len(scores[0])):
+        order = sorted(range(n), key=lambda k: (scores[k][statistic], k))
+        for rank, k in enumerate(order):
+            distance[k] += abs(rank - middle)
+    return sorted(range(n), key=lambda k: (distance[k], k))[:count]
 
 
 def original_targets(
