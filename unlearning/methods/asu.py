@@ -173,8 +173,8 @@ class ASU:
             told = stranger_answers(model, tokenizer, records, subjects, identities, names)
             records += [r for r, _ in told]
             subjects += [subject for _, subject in told]
-        forget_examples = encode_all(tokenizer, records)
-        retain_examples = encode_all(tokenizer, data.retain)
+        forget_examples = encode_all(tokenizer, records, model=model)
+        retain_examples = encode_all(tokenizer, data.retain, model=model)
 
         def make_forget_targets(source: nn.Module, rows: Sequence[int]) -> list[RecordTarget]:
             return forget_targets(source, tokenizer, [records[i] for i in rows],

@@ -88,9 +88,22 @@ def make_batches(
     return batches if device is None else [b.to(device) for b in batches]
 
 
-def encode_all(tokenizer: Any, records: Sequence[Record], *, max_length: int = 512) -> list[Example]:
-    """Every record encoded the way training encodes it (truncated to `max_length` tokens)."""
-    return [encode_record(tokenizer, r).truncated(max_length) for r in records]
+def encode_all(tokenizer: Any, records: Sequence[Record], *, max_length: int = 512,
+               model: nn.Module | None = None) -> list[Example]:
+    """Every record encoded the way training encodes it (truncated to `max_length` tokens, and
+    to `model`'s positions when it has fewer: GPT-2 and OPT have learnt position embeddings)."""
+    limit = min(max_length, max_positions(model) or max_length) if model is not None else max_length
+    return [encode_record(tokenizer, r).truncated(limit) for r in records]
+
+
+def max_positions(model: nn.Module) -> int | None:
+    """The longest sequence the model's position embeddings take, if its config says."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def answer_logits(model: nn.Module, batch: Batch) -> torch.Tensor:

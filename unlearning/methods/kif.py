@@ -296,8 +296,8 @@ class KIF:
 
         # Targets from the model as it is, before any gate exists.
         device = next(model.parameters()).device
-        forget_examples = encode_all(tokenizer, data.forget)
-        retain_examples = encode_all(tokenizer, data.retain)
+        forget_examples = encode_all(tokenizer, data.forget, model=model)
+        retain_examples = encode_all(tokenizer, data.retain, model=model)
         teacher = TeacherSettings(counterfactuals=hp.counterfactuals, tau=hp.tau, topk=hp.teacher_topk, seed=hp.seed)
         targets = forget_targets(model, tokenizer, data.forget, forget_examples,
                                  [data.subject_of(r) for r in data.forget], teacher,

@@ -28,10 +28,11 @@ def run_loss(
 ) -> MethodOutcome:
     """Train `loss` over forget batches (`forget` replaces the forget records, e.g. refusals)."""
     device = next(model.parameters()).device
-    forget_batches = make_batches(tokenizer, encode_all(tokenizer, forget if forget is not None else data.forget),
-                                  batch_size=hp.batch_size, shuffle=True, seed=hp.seed, device=device)
-    retain_batches = make_batches(tokenizer, encode_all(tokenizer, data.retain), batch_size=hp.retain_batch_size,
-                                  shuffle=True, seed=hp.seed + 1, device=device)
+    forget_examples = encode_all(tokenizer, forget if forget is not None else data.forget, model=model)
+    forget_batches = make_batches(tokenizer, forget_examples, batch_size=hp.batch_size, shuffle=True,
+                                  seed=hp.seed, device=device)
+    retain_batches = make_batches(tokenizer, encode_all(tokenizer, data.retain, model=model),
+                                  batch_size=hp.retain_batch_size, shuffle=True, seed=hp.seed + 1, device=device)
     if prepare is not None:
         prepare(forget_batches)
     steps, final = run_training(model, forget_batches, retain_batches or forget_batches,

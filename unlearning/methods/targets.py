@@ -69,7 +69,7 @@ from unlearning.identifiers import (
     identity_spans,
     replace_spans,
 )
-from unlearning.methods.base import Batch, collate, sequence_mean
+from unlearning.methods.base import Batch, collate, max_positions, sequence_mean
 from unlearning.prompting import Example, encode_record, pad_id_of
 
 logger = logging.getLogger(__name__)
@@ -213,7 +213,13 @@ def position_outputs(
     states: bool = False,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per example, next-token log-probabilities (len - 1, V) and, with `states`, the residual
-    states of every layer after the embeddings (layers, len, hidden)."""
+    states of every layer after the embeddings (layers, len, hidden).
+
+    An example longer than the model's positions (a counterfactual copy can outgrow its
+    original: a longer fresh name) is cut to them, so its outputs are shorter."""
+    limit = max_positions(model)
+    if limit is not None:
+        examples = [e.truncated(limit) if len(e) > limit else e for e in examples]
     was_training = model.training
     model.eval()
     pad = pad_id_of(tokenizer)
@@ -435,7 +441,7 @@ def _familiarity(model: nn.Module, tokenizer: Any, examples: Sequence[Example],
                 marked.update(example.tokens_in(found, found + len(key)))
                 start = found + len(key)
         z, z_span, total = [], [], 0.0
-        for t in range(len(example) - 1):
+        for t in range(min(len(example) - 1, lp.shape[0])):
             if example.learnt[t + 1]:
                 row = lp[t]
                 p = row.exp()
