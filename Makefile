@@ -27,8 +27,12 @@ run: $(STAMP)  ## start web, worker and beat on embedded defaults (SQLite, no br
 demo: $(STAMP)  ## run one whole erasure headless and print the certificate
 	$(PY) -m workers.embedded demo
 
+# Two test processes by default (pytest-xdist): the end-to-end tests spend most of their time
+# in one single-threaded worker child each, so one process leaves a core idle.  Tests that
+# share an expensive session fixture carry the same xdist_group and run in one process.
+TEST_PROCESSES ?= 2
 test: $(STAMP) chromium  ## run the test suite (needs PostgreSQL and Redis on 127.0.0.1)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 
 # The browser test drives Debian's Chromium through playwright (never a playwright
 # browser download).  Installed once, as root, from Debian's packages.

@@ -34,7 +34,12 @@ from deletion.domain.migrate import upgrade
 # built in a test would otherwise cite another database's heads and fail to verify).
 # pytest-django has loaded the settings before this file runs, so the process's one Config
 # object is pointed there too; worker processes the tests start inherit the variable.
-os.environ.setdefault("CHAIN_HEAD_EXPORT_DIR", tempfile.mkdtemp(prefix="test-chain-heads-"))
+# Each xdist process has databases of its own, so it gets a folder of its own too (it
+# inherits the controller's variable, which must not be shared).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["CHAIN_HEAD_EXPORT_DIR"] = tempfile.mkdtemp(prefix="test-chain-heads-")
+else:
+    os.environ.setdefault("CHAIN_HEAD_EXPORT_DIR", tempfile.mkdtemp(prefix="test-chain-heads-"))
 object.__setattr__(domain_config.current(), "chain_head_export_dir", Path(os.environ["CHAIN_HEAD_EXPORT_DIR"]))
 
 # Real worker processes for the pipeline, web and reliability tests.
@@ -82,6 +87,16 @@ def fresh_sqlite_url(directory: Path, *, migrate: bool = True) -> str:
     if migrate:
         upgrade(url)
     return url
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the first process only (the xdist controller, or the one process): create the
+    embedded signing key before any test process starts, so that two processes never
+    generate it at once (each would sign with a key the other overwrote)."""
+    if not hasattr(config, "workerinput"):
+        from deletion.domain.signing import signer_from_config
+
+        signer_from_config(domain_config.current())
 
 
 @pytest.fixture(scope="session")

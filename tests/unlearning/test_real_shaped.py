@@ -80,6 +80,7 @@ def one_thread() -> Iterator[None]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("free_text_base")  # one process trains the shared fixture
 def test_a_gpt2_model_with_a_byte_level_tokenizer_forgets_a_person_of_a_free_text_corpus(
     tmp_path: Path, one_thread: None, free_text_base: FreeTextBase,
 ) -> None:

@@ -64,6 +64,7 @@ def free_text_pipeline(pipeline_database_url: str, tiny_assets_dir: Path, free_t
 
 
 @pytest.mark.timeout(1800)
+@pytest.mark.xdist_group("free_text_base")  # one process trains the shared fixture
 def test_a_model_of_ones_own_on_free_text_gets_a_request_certified_end_to_end(
     free_text_pipeline: RunningPipeline, free_text_base: FreeTextBase, tmp_path: Path,
 ) -> None:
