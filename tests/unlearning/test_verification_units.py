@@ -56,7 +56,7 @@ from unlearning.verification.fluency import (
     plausibility_limit,
 )
 from unlearning.verification.generation import TokenScores
-from unlearning.verification.latent import residual_knowledge_ratio, stranger_residual_ratio
+from unlearning.verification.latent import residual_knowledge_ratio
 from unlearning.verification.leakage import (
     Rate,
     contains_value,
@@ -68,7 +68,6 @@ from unlearning.verification.leakage import (
 from unlearning.verification.membership import auc_with_stderr, min_k_plus_plus, zlib_ratio
 from unlearning.verification.policy import (
     BASE_SILENT,
-    DEFAULT_POLICY_V2,
     NO_QUESTIONS,
     NO_SPANS,
     NOT_COMPUTED,
@@ -175,7 +174,7 @@ def test_policy_v2_bounds_latent_traces_from_both_sides() -> None:
     for label, forget in rows.items():
         rr = residual_knowledge_ratio(forget, control, base, bootstrap=50, seed=0)
         metrics = {"latent.residual_ratio": rr.value, "latent.residual_ratio.stderr": rr.stderr}
-        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY_V2.judge(metrics), "latent.residual_ratio")]
+        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY.judge(metrics), "latent.residual_ratio")]
     assert verdicts["kept"] == [False, True]  # upper bound fails
     assert verdicts["like a stranger"] == [True, True]
     assert verdicts["below strangers"] == [True, False]  # lower bound fails
@@ -310,7 +309,7 @@ def test_membership_without_spans_or_with_too_few_strangers_is_unmeasured_with_a
 def test_an_unmeasured_metric_passes_only_for_the_reasons_its_check_accepts() -> None:
     latent = "latent residual knowledge"
     for reason, passes in ((BASE_SILENT, True), (TOO_FEW_RECORDS, False), (NOT_COMPUTED, False)):
-        result = _by_name(DEFAULT_POLICY.judge({}, {"latent.residual_ratio_vs_strangers": reason}))[latent]
+        result = _by_name(DEFAULT_POLICY.judge({}, {"latent.residual_ratio": reason}))[latent]
         assert (result.status, result.value, result.threshold) == ("unmeasured", None, None)
         assert result.passed is passes
         assert result.rule == f"{reason}: {'passes' if passes else 'fails'}"
@@ -337,41 +336,33 @@ def test_a_missing_metric_is_skipped_for_bare_metrics_and_failed_when_the_suite_
     assert nan.status == "unmeasured" and not nan.passed  # NaN is never a pass
 
 
-def _latent_bank(n_forget: int, n_control: int, variants: int = 4) -> SimpleNamespace:
-    """What `_latent_family` counts: facts on each side, their stranger copies, retained records."""
+def _latent_bank(n_forget: int, n_control: int) -> SimpleNamespace:
+    """What `_latent_family` counts: facts on each side and retained records for the lens."""
     fact = SimpleNamespace()
-    pairs = tuple((i, v) for i in range(n_forget) for v in range(variants))
     return SimpleNamespace(
         forget=SimpleNamespace(facts=(fact,) * n_forget), control=SimpleNamespace(facts=(fact,) * n_control),
-        latent_strangers=(fact,) * len(pairs), latent_pairs=pairs, retain_records=(object(),) * 20)
+        retain_records=(object(),) * 20)
 
 
 def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     s = VerifySettings(bootstrap=20)
     silent_base = np.vstack([np.zeros(6, bool), np.arange(6) % 2 == 0])  # no better than strangers
     chance = np.vstack([np.zeros(8, bool), np.arange(8) % 2 == 0])
-    copies = np.repeat(silent_base, 4, axis=1)  # the strangers' copies: the same as the subject's
-    monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [silent_base, chance, copies])
-    monkeypatch.setattr(suite, "_fact_tokens", lambda cand, facts: ([], [], [], []))
+    monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [silent_base, chance])
     bank = _latent_bank(6, 8)
     metrics: dict[str, float] = {}
     clock = suite._Clock(None, "gates_off.")  # type: ignore[arg-type]
     suite._latent_family(metrics, None, SimpleNamespace(latent_forget=silent_base), bank, s, 0, clock)
     assert "latent.residual_ratio" not in metrics and metrics["latent.usable_layers"] == 0
-    assert "latent.residual_ratio_vs_strangers" not in metrics and metrics["latent.strangers.usable_layers"] == 0
-    assert clock.unmeasured == {"gates_off.latent.residual_ratio": BASE_SILENT,
-                                "gates_off.latent.residual_ratio_vs_strangers": BASE_SILENT}
-    for policy in (DEFAULT_POLICY, DEFAULT_POLICY_V2):
-        results = _by_name(policy.judge({}, clock.unmeasured))
-        assert results["latent traces with gates off"].passed  # nothing the check could find
+    assert clock.unmeasured == {"gates_off.latent.residual_ratio": BASE_SILENT}
+    results = _by_name(DEFAULT_POLICY.judge({}, clock.unmeasured))
+    assert results["latent traces with gates off"].passed  # nothing the check could find
 
     bank = _latent_bank(1, 8)  # one forget fact: too few to measure, and that fails
     metrics, clock = {}, suite._Clock(None, "")  # type: ignore[arg-type]
     suite._latent_family(metrics, None, SimpleNamespace(latent_forget=silent_base), bank, s, 0, clock)
-    assert clock.unmeasured == {"latent.residual_ratio": TOO_FEW_RECORDS,
-                                "latent.residual_ratio_vs_strangers": TOO_FEW_RECORDS}
-    for policy in (DEFAULT_POLICY, DEFAULT_POLICY_V2):
-        assert not _by_name(policy.judge(metrics, clock.unmeasured))["latent residual knowledge"].passed
+    assert clock.unmeasured == {"latent.residual_ratio": TOO_FEW_RECORDS}
+    assert not _by_name(DEFAULT_POLICY.judge(metrics, clock.unmeasured))["latent residual knowledge"].passed
 
 
 # ---------------------------------------------------------------- policies and their documents
@@ -383,8 +374,8 @@ def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() ->
     assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") == v1
     assert get_policy("strict-test") == v2 != v1
-    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "3"
-    assert get_policy("default", "2") is DEFAULT_POLICY_V2 and get_policy("default", "1").version == "1"
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "2"
+    assert get_policy("default", "1").version == "1"
     with pytest.raises(ValueError, match="already exists"):
         register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
     with pytest.raises(KeyError):
@@ -480,7 +471,7 @@ def test_escalation_applies_the_cure_of_each_failed_check() -> None:
 def _report(**changes: Any) -> Report:
     metrics = {"leakage.forget": 0.25, "leakage.control": 0.0, "leakage.forget.stderr": 0.05,
                "utility.ppl_ratio": 1.125, "mia.auc_gap": 0.03125, "mia.auc_gap.stderr": 0.0625}
-    unmeasured = {"latent.residual_ratio_vs_strangers": BASE_SILENT}
+    unmeasured = {"latent.residual_ratio": BASE_SILENT}
     checks = tuple(DEFAULT_POLICY.judge(metrics, unmeasured))
     fields: dict[str, Any] = dict(
         metrics=metrics, checks=checks, policy=DEFAULT_POLICY.to_json(), guarantee="weights",
@@ -497,7 +488,7 @@ def test_a_report_survives_its_json_round_trip() -> None:
     back = Report.from_json(data)
     assert back.to_json() == report.to_json()
     assert back.checks == report.checks  # status and rule of unmeasured checks included
-    assert back.unmeasured == {"latent.residual_ratio_vs_strangers": BASE_SILENT}
+    assert back.unmeasured == {"latent.residual_ratio": BASE_SILENT}
     assert back.failed_checks == report.failed_checks and back.failed_checks
     assert not back.passed
     latent = _by_name(list(back.checks))["latent residual knowledge"]
@@ -611,122 +602,6 @@ def test_the_residual_ratio_is_one_when_nothing_was_forgotten_and_zero_at_the_co
     embedding_only = np.vstack([np.ones(40, bool), np.zeros(40, bool), np.zeros(40, bool)])
     ratio = residual_knowledge_ratio(embedding_only, np.zeros((3, 60), bool), embedding_only)
     assert (ratio.value, ratio.layer, ratio.usable_layers, ratio.measurable) == (0.0, -1, 0, False)
-
-
-def _stranger_case(seed: int = 0, n: int = 5, variants: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """(base on the subject's facts, the stranger copies): layer 1 holds the subject, layer 0 nobody."""
-    rng = np.random.default_rng(seed)
-    copies = (rng.random((3, n, variants)) < 0.5).astype(float)
-    base = np.vstack([copies[0].mean(1), np.ones(n), np.full(n, 0.9)])
-    return base, copies
-
-
-def test_the_stranger_ratio_is_one_for_the_base_zero_like_a_stranger_and_negative_below() -> None:
-    base, copies = _stranger_case()
-    kept = stranger_residual_ratio(base, copies, base)
-    assert kept.value == pytest.approx(1.0) and kept.layer in (1, 2) and kept.measurable
-    # As decodable as the facts' own stranger copies: each fact at its copies' mean.
-    like = copies.mean(2)
-    stranger = stranger_residual_ratio(like, copies, base)
-    assert stranger.value == pytest.approx(0.0, abs=1e-12)
-    below = stranger_residual_ratio(np.zeros_like(base), copies, base)
-    assert below.value < -0.5
-    # The reference is the copies of the same facts: a fact whose value is easy to guess from its
-    # context (its copies decoded at 0.9) does not count as knowledge when the subject's is too.
-    easy = copies.copy()
-    easy[:, 0, :] = np.where(np.arange(copies.shape[2]) < 9, 1.0, 0.0)
-    guessed = like.copy()
-    guessed[:, 0] = easy[:, 0].mean(1)
-    assert stranger_residual_ratio(guessed, easy, base).value == pytest.approx(0.0, abs=1e-12)
-    # A copy without a comparable token (NaN) is left out of its fact's reference, not counted wrong.
-    holed = copies.copy()
-    holed[:, 1, 0] = np.nan
-    assert stranger_residual_ratio(base, holed, base).value == pytest.approx(1.0)
-    # Only the embedding layer tells the subject from strangers: never counted.
-    embedding_only = np.vstack([np.ones(5), copies[1].mean(1), copies[2].mean(1)])
-    silent = stranger_residual_ratio(embedding_only, copies, embedding_only)
-    assert (silent.value, silent.layer, silent.usable_layers, silent.measurable) == (0.0, -1, 0, False)
-
-
-def test_the_stranger_ratio_stderr_is_the_strangers_null_and_never_below_the_binomial_floor() -> None:
-    base, copies = _stranger_case(n=4)
-    comparisons = np.full(4, 5)
-    for forget in (base, copies.mean(2)):
-        sr = stranger_residual_ratio(forget, copies, base, comparisons=comparisons)
-        p = (float((copies[sr.layer].mean(1) * 5).sum()) + 2) / (4 * 5 + 4)  # Agresti-Coull
-        binomial = math.sqrt(p * (1 - p) * 4 * (1 + 1 / 10) / 5) / 4 / (1.0 - copies[sr.layer].mean())
-        assert sr.binomial_floor == pytest.approx(binomial)
-        assert sr.stderr >= binomial and sr.stderr == max(sr.null_spread, sr.binomial_floor)
-        assert sr.n_facts == 4 and sr.n_variants == 10
-    # Every stranger decoded alike: the null has no spread, and the floor still stands (a
-    # bootstrap over these facts would say 0).
-    same = np.repeat(copies[:, :, :1], 10, axis=2)
-    flat = stranger_residual_ratio(same.mean(2), same, base, comparisons=comparisons)
-    assert flat.null_spread == 0.0 and flat.stderr == flat.binomial_floor > 0.1
-    # Without a count of comparisons each fact is one trial: the floor is the widest.
-    assert stranger_residual_ratio(base, copies, base).binomial_floor > \
-        stranger_residual_ratio(base, copies, base, comparisons=comparisons).binomial_floor
-    # The null stands a stranger in for the subject: its spread follows the strangers' own.
-    noisy = stranger_residual_ratio(base, copies, base, comparisons=np.full(4, 1000))
-    assert noisy.stderr == noisy.null_spread > noisy.binomial_floor
-
-
-def test_policy_v3_judges_the_latent_checks_on_the_stranger_ratio_and_is_otherwise_v2() -> None:
-    assert DEFAULT_POLICY.version == "3" and DEFAULT_POLICY_V2.version == "2"
-    assert len(DEFAULT_POLICY.checks) == len(DEFAULT_POLICY_V2.checks)
-    for new, old in zip(DEFAULT_POLICY.checks, DEFAULT_POLICY_V2.checks, strict=True):
-        if "latent" in old.metric:
-            assert old.metric.endswith("latent.residual_ratio")
-            assert new.metric == old.metric + "_vs_strangers"
-            assert (new.name, new.comparator, new.margin, new.noise_z, new.baseline, new.decides_pass,
-                    new.unmeasured_passes) == (old.name, old.comparator, old.margin, old.noise_z,
-                                               old.baseline, old.decides_pass, old.unmeasured_passes)
-        else:
-            assert new == old
-    assert DEFAULT_POLICY.escalation == DEFAULT_POLICY_V2.escalation
-    assert DEFAULT_POLICY.allow_suppression == DEFAULT_POLICY_V2.allow_suppression
-    # v2 still judges the control-people ratio, as its certificates say.
-    assert {c.metric for c in DEFAULT_POLICY_V2.checks if "latent" in c.metric} == {
-        "latent.residual_ratio", "gates_off.latent.residual_ratio"}
-
-    base, copies = _stranger_case()
-    verdicts = {}
-    for label, forget in {"kept": base, "like a stranger": copies.mean(2),
-                          "below strangers": np.zeros_like(base)}.items():
-        sr = stranger_residual_ratio(forget, copies, base, comparisons=np.full(5, 5))
-        metrics = {"latent.residual_ratio_vs_strangers": sr.value,
-                   "latent.residual_ratio_vs_strangers.stderr": sr.stderr}
-        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY.judge(metrics),
-                                                        "latent.residual_ratio_vs_strangers")]
-    assert verdicts == {"kept": [False, True], "like a stranger": [True, True], "below strangers": [True, False]}
-
-
-def test_the_latent_reference_is_the_subjects_own_facts_about_strangers(tiny_sets: ErasureSets) -> None:
-    s = VerifySettings(latent_strangers=3)
-    bank, _ = build_bank(tiny_sets, control=None, corpus=None, heldout=None, settings=s, seed=0)
-    facts = bank.forget.facts
-    assert facts and len(bank.latent_strangers) == len(bank.latent_pairs) == 3 * len(facts)
-    assert sorted(bank.latent_pairs) == [(i, v) for i in range(len(facts)) for v in range(3)]
-    words = _subject_words(tiny_sets)
-    changed = 0
-    for copy, (i, variant) in zip(bank.latent_strangers, bank.latent_pairs, strict=True):
-        fact = facts[i]
-        assert copy.key == fact.key and copy.person == f"0:{variant}"
-        assert copy.context.record_id == fact.context.record_id + "~cf"
-        text = f"{copy.context.prompt} {copy.context.prefix} {copy.true} {' '.join(copy.perturbed)}"
-        assert not words & set(normalise_text(text).split()), copy
-        assert copy.joiner == fact.joiner and len(copy.perturbed) == len(fact.perturbed)
-        # A value that is no identifying span is the same value about the stranger; one that is
-        # (an e-mail address, a date) is the stranger's fresh one, as in the copied record.
-        assert copy.context.expected == copy.true
-        if copy.true != fact.true:
-            changed += 1
-        else:
-            assert copy.perturbed == fact.perturbed
-    assert 0 < changed < len(bank.latent_strangers)
-    # One identity per variant: a fact's copies about different strangers differ.
-    prompts = {(i, v): c.context.prompt for c, (i, v) in zip(bank.latent_strangers, bank.latent_pairs, strict=True)}
-    assert len({prompts[(0, v)] for v in range(3)}) == 3
 
 
 def test_looping_and_empty_answers_are_degenerate_but_a_wrong_sentence_is_not() -> None:

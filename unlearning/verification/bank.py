@@ -17,7 +17,6 @@ corpus:
 * **latent facts**: a context, the true value and a perturbed value (a given
   perturbed answer, else another person's value of the same kind), for the
   subject and the controls, and retained people's records to fit the lens on;
-  and the subject's facts about stranger identities (the latent reference);
 * **held-out** text for perplexity: a file, else the control records' text.
 
 Its digest is part of the base-model cache key.
@@ -43,7 +42,6 @@ from unlearning.identifiers import (
     find_spans,
     name_parts_of,
     record_texts,
-    replace_spans,
 )
 from unlearning.probes import Probe, derive_value, probes_for, record_values
 from unlearning.text import normalise_words
@@ -98,10 +96,6 @@ class ProbeBank:
     # the subject as an answer about a stranger (the base model knows the subject's facts, so
     # anything else would look implausible to it for that reason alone).
     stranger_maps: tuple[dict[str, str], ...] = ()
-    # The subject's latent facts about strangers: the latent check's reference (policy v3).
-    # `latent_pairs[j]` is (the index of the subject's fact in forget.facts, the stranger variant).
-    latent_strangers: tuple[Fact, ...] = ()
-    latent_pairs: tuple[tuple[int, int], ...] = ()
 
 
 def _records_of(source: str | Path | Corpus | Sequence[Record] | None) -> Sequence[Record]:
@@ -262,6 +256,8 @@ def _pool(groups: Iterable[tuple[Record, Any, str]]) -> dict[str, list[str]]:
 
 def _stranger(subject: Any, mapping: dict[str, str]) -> Any:
     """The subject as the counterfactual copy names them (for building the stranger's probes)."""
+    from unlearning.identifiers import replace_spans
+
     return type(subject)(
         replace_spans(subject.name, mapping),
         tuple(replace_spans(a, mapping) for a in getattr(subject, "aliases", ())),
@@ -312,46 +308,6 @@ def counterfactual_side(
             if variant == 0:
                 probes.extend(p.mapped(cf.mapping, record_id=cf.record.id) for p in by_record.get(record.id, ()))
     return Side(tuple(records), tuple(spans), _usable(probes), (), tuple(persons)), groups
-
-
-def stranger_facts(
-    sets: Any, forget_records: Sequence[Record], facts: Sequence[Fact], *,
-    names_from: Sequence[Record], seed: int, variants: int,
-) -> tuple[tuple[Fact, ...], tuple[tuple[int, int], ...]]:
-    """Each subject fact about `variants` strangers, and which fact and variant each copy is.
-
-    A stranger is one fresh identity over all of a subject's records, as in
-    `counterfactual_side`.  The copy's context, true value and perturbed
-    values all go through the record's mapping: a value that is no
-    identifying span (a stated fact, a city) stays, one that is (a phone
-    number, a date the span patterns find) becomes the stranger's fresh one,
-    and an e-mail address rebuilt from the fresh name is the stranger's true
-    value; so the copy asks the model what it can infer about a stranger in
-    exactly the subject's position.
-    """
-    subjects = list(sets.subjects)
-    names = FreshNames(pool=name_parts_of(names_from), avoid=avoid_set(subjects), seed=f"latent:{seed}")
-    record_of = {r.id: r for r in forget_records}
-    mappings: dict[tuple[str, int], tuple[str, dict[str, str]]] = {}
-    out: list[Fact] = []
-    pairs: list[tuple[int, int]] = []
-    for number, fact in enumerate(facts):
-        record = record_of.get(fact.context.record_id)
-        if record is None:
-            continue
-        index = _subject_index(sets, record)
-        for variant in range(variants):
-            if (record.id, variant) not in mappings:
-                cf = counterfactual(record, find_spans(record, subjects[index]), names=names,
-                                    seed=f"{index}:{variant}")
-                mappings[(record.id, variant)] = (cf.record.id, dict(cf.mapping))
-            record_id, mapping = mappings[(record.id, variant)]
-            out.append(Fact(
-                fact.context.mapped(mapping, record_id=record_id), fact.joiner,
-                replace_spans(fact.true, mapping), tuple(replace_spans(p, mapping) for p in fact.perturbed),
-                fact.key, f"{index}:{variant}"))
-            pairs.append((number, variant))
-    return tuple(out), tuple(pairs)
 
 
 def build_bank(
@@ -418,9 +374,6 @@ def build_bank(
                        tuple(str(_subject_index(sets, r)) for r in forget_records))
     control_side = Side(control_side.records, control_side.spans, control_side.probes,
                         _facts(control_groups, pool, seed))
-    latent_strangers, latent_pairs = stranger_facts(
-        sets, forget_records, forget_side.facts, names_from=retain_pool, seed=seed,
-        variants=s.latent_strangers)
 
     if heldout is not None and Path(heldout).is_file():
         texts = load_heldout(heldout, max_texts=s.max_heldout)
@@ -431,7 +384,6 @@ def build_bank(
         forget=forget_side, control=control_side, strangers=strangers, retain=retain_probes,
         retain_records=tuple(_sample(retain_pool, s.max_lens_records, f"{seed}:lens")),
         stranger_maps=tuple(stranger_maps),
-        latent_strangers=latent_strangers, latent_pairs=latent_pairs,
         heldout_texts=texts, control_source=source, control_kind=kind,
     )
     return bank, notes

@@ -27,22 +27,13 @@ that makes the subject *less* familiar than a stranger fails as well) and
 uses two attacks over whole records and over identifying spans; leakage and
 latent traces are bounded from below too; the relearning attack is a curve
 over several budgets; a 4-bit quantisation attack joins the 8-bit one.
-
-`default` v3 (the default) is v2 with the latent checks, the same thresholds,
-on `latent.residual_ratio_vs_strangers`: the subject's facts against the same
-facts about stranger identities, paired fact by fact, with a standard error
-from the strangers' own null and never below a binomial floor
-(`latent.stranger_residual_ratio`).  v2's ratio compared the subject's facts
-with control people's, whose values are easier or harder to guess from their
-context than the subject's: a bias the noise term cannot cover, so the
-retrain-without oracle failed it on three of eight measured subjects.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 # Reason codes for a metric that could not be measured.
@@ -243,7 +234,7 @@ DEFAULT_POLICY_V1 = Policy(
     },
 )
 
-DEFAULT_POLICY_V2 = Policy(
+DEFAULT_POLICY = Policy(
     name="default",
     version="2",
     checks=(
@@ -287,23 +278,8 @@ DEFAULT_POLICY_V2 = Policy(
     escalation=_COMMON_ESCALATION,
 )
 
-
-def _latent_vs_strangers(check: CheckSpec) -> CheckSpec:
-    """A v2 latent check on the ratio against the subject's strangers, thresholds unchanged."""
-    if check.metric.endswith("latent.residual_ratio"):
-        return replace(check, metric=check.metric + "_vs_strangers")
-    return check
-
-
-DEFAULT_POLICY = Policy(
-    name="default",
-    version="3",
-    checks=tuple(_latent_vs_strangers(c) for c in DEFAULT_POLICY_V2.checks),
-    escalation=_COMMON_ESCALATION,
-)
-
 _REGISTRY: dict[tuple[str, str], Policy] = {
-    (p.name, p.version): p for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY)
+    (p.name, p.version): p for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY)
 }
 
 

@@ -23,7 +23,6 @@ class VerifySettings:
     max_retain_eval: int = 200  # retained-accuracy sample
     max_heldout: int = 100
     latent_min_gap: float = 0.2
-    latent_strangers: int = 10  # stranger identities per subject: the latent reference and its null
     lens_positions: int = 3000  # retained-text positions the tuned-lens translators are fitted on
     lens_alpha: float = 1.0
     max_lens_records: int = 300

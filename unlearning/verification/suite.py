@@ -53,12 +53,7 @@ from .generation import (
     score_examples,
     states_and_head_inputs,
 )
-from .latent import (
-    fit_translators,
-    lens_correctness,
-    residual_knowledge_ratio,
-    stranger_residual_ratio,
-)
+from .latent import fit_translators, lens_correctness, residual_knowledge_ratio
 from .leakage import Rate, diff_stderr, leak_rate, leak_rates_by_kind
 from .membership import auc_with_stderr, min_k_plus_plus, zlib_ratio
 from .policy import (
@@ -193,36 +188,22 @@ def _lens(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> list[np.ndarra
 
 
 def _latent(loaded: _Loaded, bank: ProbeBank, tests: Sequence[Sequence[Fact]], s: VerifySettings) -> list[np.ndarray]:
-    """Per test set, a (layers, facts) matrix: does each layer's lens prefer the true value?
-
-    A column per fact, in the facts' order, so that a fact and its stranger copies line up;
-    NaN for a fact with no comparable token (every perturbed value a prefix of the true one).
-    """
+    """Per test set, a (layers, facts) matrix: does each layer's lens prefer the true value?"""
     translators = _lens(loaded, bank, s)
     head = loaded.model.get_output_embeddings()
     out = []
     for facts in tests:
-        full = np.full((len(translators), len(facts)), np.nan)
         contexts, true, perturbed, owner = _fact_tokens(loaded, facts)
         if not translators or not contexts:
-            out.append(full)
+            out.append(np.zeros((len(translators), 0), dtype=float))
             continue
         states = last_prompt_states(loaded.model, loaded.tokenizer, contexts, batch_size=s.batch_size)
         pairs = lens_correctness(head, translators, states, true, perturbed)
         # Per fact: the share of its perturbations the lens ranks below the true value.
+        facts_seen = sorted(set(owner))
         index = np.array(owner)
-        for f in sorted(set(owner)):
-            full[:, f] = pairs[:, index == f].mean(1)
-        out.append(full)
+        out.append(np.stack([pairs[:, index == f].mean(1) for f in facts_seen], axis=1))
     return out
-
-
-def _seen(*matrices: np.ndarray) -> list[np.ndarray]:
-    """The columns every matrix measured (the control-people ratio takes no NaN)."""
-    keep = np.ones(matrices[0].shape[1], dtype=bool)
-    for matrix in matrices:
-        keep &= np.isfinite(matrix.astype(float)).all(0)
-    return [matrix[:, keep] for matrix in matrices]
 
 
 def _retain_accuracy(loaded: _Loaded, bank: ProbeBank, s: VerifySettings, seed: int) -> float:
@@ -433,36 +414,15 @@ def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
 
 def _latent_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
                    s: VerifySettings, seed: int, clock: _Clock) -> None:
-    """Both latent ratios: against control people (`latent.residual_ratio`, judged by policies
-    v1 and v2) and against the subject's own facts about strangers
-    (`latent.residual_ratio_vs_strangers`, judged by v3)."""
     n_f, n_c, n_r = len(bank.forget.facts), len(bank.control.facts), len(bank.retain_records)
-    n_s = len(bank.latent_strangers)
     m["latent.n_forget"], m["latent.n_control"], m["latent.n_train"] = float(n_f), float(n_c), float(n_r)
-    m["latent.n_stranger_copies"] = float(n_s)
-    if n_f < 2 or n_r < 8:
-        note = f"{n_f} forget facts with a perturbation, {n_r} retained records"
-        clock.unmeasurable("latent.residual_ratio", TOO_FEW_RECORDS, note)
-        clock.unmeasurable("latent.residual_ratio_vs_strangers", TOO_FEW_RECORDS, note)
-        return
-    forget_ok, control_ok, stranger_ok = _latent(cand, bank, [bank.forget.facts, bank.control.facts,
-                                                              bank.latent_strangers], s)
-    layers = min(forget_ok.shape[0], base.latent_forget.shape[0])
-    forget_ok, base_ok = forget_ok[:layers], base.latent_forget[:layers]
-    if n_c < 2:
+    if n_f < 2 or n_c < 2 or n_r < 8:
         clock.unmeasurable("latent.residual_ratio", TOO_FEW_RECORDS,
                            f"{n_f} forget and {n_c} control facts with a perturbation, {n_r} retained records")
-    else:
-        _control_ratio(m, forget_ok, control_ok[:layers], base_ok, s, seed, clock)
-    _stranger_ratio(m, cand, bank, forget_ok, stranger_ok[:layers], base_ok, s, clock)
-
-
-def _control_ratio(m: dict[str, float], forget_ok: np.ndarray, control_ok: np.ndarray, base_ok: np.ndarray,
-                   s: VerifySettings, seed: int, clock: _Clock) -> None:
-    """`latent.residual_ratio` (policies v1 and v2): the subject's facts against control people's."""
-    forget_ok, base_ok = _seen(forget_ok, base_ok)
-    (control_ok,) = _seen(control_ok)
-    rr = residual_knowledge_ratio(forget_ok, control_ok, base_ok,
+        return
+    forget_ok, control_ok = _latent(cand, bank, [bank.forget.facts, bank.control.facts], s)
+    layers = min(forget_ok.shape[0], base.latent_forget.shape[0])
+    rr = residual_knowledge_ratio(forget_ok[:layers], control_ok[:layers], base.latent_forget[:layers],
                                   min_gap=s.latent_min_gap, bootstrap=s.bootstrap, seed=seed)
     m.update({
         "latent.usable_layers": float(rr.usable_layers), "latent.acc_forget": rr.acc_forget,
@@ -475,45 +435,6 @@ def _control_ratio(m: dict[str, float], forget_ok: np.ndarray, control_ok: np.nd
         return
     m.update({"latent.residual_ratio": rr.value, "latent.residual_ratio.stderr": rr.stderr,
               "latent.ci_low": rr.ci_low, "latent.ci_high": rr.ci_high, "latent.layer": float(rr.layer)})
-
-
-def _stranger_ratio(m: dict[str, float], cand: _Loaded, bank: ProbeBank, forget_ok: np.ndarray,
-                    stranger_ok: np.ndarray, base_ok: np.ndarray, s: VerifySettings, clock: _Clock) -> None:
-    """`latent.residual_ratio_vs_strangers` (policy v3): each subject fact against its own copies
-    about the bank's stranger identities; per fact, its count of (true, perturbed) comparisons
-    sets the binomial floor of the standard error."""
-    metric = "latent.residual_ratio_vs_strangers"
-    pairs = bank.latent_pairs
-    variants = max((v for _, v in pairs), default=-1) + 1
-    if not pairs or variants < 3:
-        clock.unmeasurable(metric, TOO_FEW_RECORDS,
-                           f"{len(pairs)} stranger copies of the subject's facts over {variants} identities")
-        return
-    layers, n = forget_ok.shape
-    copies = np.full((layers, n, variants), np.nan)
-    for column, (fact, variant) in enumerate(pairs):
-        copies[:, fact, variant] = stranger_ok[:, column]
-    owner = _fact_tokens(cand, bank.forget.facts)[3]
-    comparisons = np.bincount(np.array(owner, dtype=int), minlength=n)[:n] if owner else None
-    sr = stranger_residual_ratio(forget_ok, copies, base_ok, comparisons=comparisons, min_gap=s.latent_min_gap)
-    m.update({
-        "latent.strangers.n_facts": float(sr.n_facts), "latent.strangers.n_variants": float(sr.n_variants),
-        "latent.strangers.usable_layers": float(sr.usable_layers),
-        "latent.strangers.acc_forget": sr.acc_forget, "latent.strangers.acc_reference": sr.acc_reference,
-        "latent.strangers.acc_base_forget": sr.acc_base_forget,
-    })
-    if sr.n_facts < 2:
-        clock.unmeasurable(metric, TOO_FEW_RECORDS,
-                           f"{sr.n_facts} subject facts measured with their stranger copies")
-        return
-    if not sr.measurable:
-        clock.unmeasurable(metric, BASE_SILENT,
-                           "no layer of the base tells the subject's true values from perturbed ones "
-                           f"better than on the subject's stranger copies by {s.latent_min_gap}")
-        return
-    m.update({metric: sr.value, f"{metric}.stderr": sr.stderr,
-              "latent.strangers.null_spread": sr.null_spread, "latent.strangers.null_mean": sr.null_mean,
-              "latent.strangers.binomial_floor": sr.binomial_floor, "latent.strangers.layer": float(sr.layer)})
 
 
 def _mia_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
@@ -722,7 +643,6 @@ def verify(
         "forget_probes": _kinds(bank.forget.probes), "control_probes": _kinds(bank.control.probes),
         "retain_probes": len(bank.retain), "latent_facts": {
             "forget": len(bank.forget.facts), "control": len(bank.control.facts),
-            "stranger_copies": len(bank.latent_strangers),
             "lens_records": len(bank.retain_records)},
         "gates": gated,
     }
