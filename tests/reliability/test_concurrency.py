@@ -38,7 +38,7 @@ from deletion.domain.services.requests import request_approve, request_submit
 from deletion.domain.signing import keyring_load
 from tests.pipeline_fixtures import RunningPipeline
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("reliability_concurrency")]  # one pipeline per module
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,9 @@ from deletion.domain.signing import keyring_load
 from tests.pipeline_fixtures import RunningPipeline
 from tests.reliability.conftest import OwnedRedis, People
 
-pytestmark = pytest.mark.slow
+# One process for the whole module: its tests share one faulty pipeline (module fixtures), and the
+# last Redis test asserts on what the one before it saw.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("reliability_faults")]
 
 SEED = int(os.environ.get("RELIABILITY_SEED", "20261129"))
 # Jobs whose worker is killed in every stage (5 stages each); `make bench` or a soak
