@@ -40,8 +40,8 @@ from sqlalchemy.orm import Session
 
 from deletion.domain.canonical import GENESIS_HASH, canonical_bytes, canonical_time
 from deletion.domain.certificates import SIGNATURE_HEX_LENGTH, certificate_verify_chain
-from deletion.domain.chains import CERTIFICATE_CHAIN
-from deletion.domain.models import Certificate, CertificateVerifiedHead, ChainHead, utcnow
+from deletion.domain.chains import CERTIFICATE_CHAIN, chain_head_of
+from deletion.domain.models import Certificate, CertificateVerifiedHead, utcnow
 from deletion.domain.signing import KeyRing, Signer, signature_valid
 
 log = logging.getLogger(__name__)
@@ -111,8 +111,7 @@ class CertificateChainCheck:
 
 
 def _head(session: Session) -> tuple[int, str]:
-    head = session.get(ChainHead, CERTIFICATE_CHAIN, populate_existing=True)
-    return (head.seq, head.hash) if head is not None else (0, GENESIS_HASH)
+    return chain_head_of(session, CERTIFICATE_CHAIN)
 
 
 def certificate_verified_head_last(session: Session) -> CertificateVerifiedHead | None:

@@ -19,6 +19,12 @@ AUDIT_CHAIN = "audit"
 CERTIFICATE_CHAIN = "certificates"
 
 
+def chain_head_of(session: Session, name: str) -> tuple[int, str]:
+    """(seq, hash) of the chain's tip as stored now (genesis when it has no row yet); unlocked."""
+    head = session.get(ChainHead, name, populate_existing=True)
+    return (head.seq, head.hash) if head is not None else (0, GENESIS_HASH)
+
+
 def chain_head_lock(session: Session, *, name: str) -> ChainHead:
     """The chain's tip, locked until the caller's transaction ends (created at genesis).
 

@@ -34,9 +34,9 @@ from sqlalchemy.orm import Session
 from deletion.domain import config as settings
 from deletion.domain.audit import audit_verify
 from deletion.domain.canonical import GENESIS_HASH, canonical_bytes, canonical_time
-from deletion.domain.chains import AUDIT_CHAIN
+from deletion.domain.chains import AUDIT_CHAIN, chain_head_of
 from deletion.domain.crypto import key_id
-from deletion.domain.models import AuditEvent, AuditSeal, ChainHead, utcnow
+from deletion.domain.models import AuditEvent, AuditSeal, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,7 @@ class SealCheck:
 
 
 def _head(session: Session) -> tuple[int, str]:
-    head = session.get(ChainHead, AUDIT_CHAIN, populate_existing=True)
-    return (head.seq, head.hash) if head is not None else (0, GENESIS_HASH)
+    return chain_head_of(session, AUDIT_CHAIN)
 
 
 def _last_seal(session: Session) -> AuditSeal | None:
