@@ -37,6 +37,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -163,6 +164,13 @@ def _child(rank: int, size: int, port: int, shard: str, fn: Callable[..., Any], 
     except BaseException:  # noqa: BLE001 - reported to rank 0, which raises it
         errors.put((rank, traceback.format_exc()))
         raise SystemExit(1) from None
+    # The work is done and the process group left.  Skip the interpreter's teardown:
+    # gloo's and FSDP's background threads can crash while it unloads modules, which
+    # turned a finished rank into a failed one with no traceback.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def launch(fn: Callable[..., Any], processes: int, *args: Any, shard: str = "none",
@@ -199,8 +207,15 @@ def launch(fn: Callable[..., Any], processes: int, *args: Any, shard: str = "non
         child.join()
     failed = [c for c in children if c.exitcode != 0]
     if failed:
-        detail = errors.get() if not errors.empty() else (None, "no traceback")
-        raise RuntimeError(f"distributed erasure: rank {detail[0]} failed:\n{detail[1]}")
+        if not errors.empty():
+            rank, detail = errors.get()
+        else:
+            child = failed[0]
+            rank = children.index(child) + 1
+            code = child.exitcode
+            detail = (f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}") \
+                + " without a Python traceback (out of memory, or a crash in native code)"
+        raise RuntimeError(f"distributed erasure: rank {rank} failed:\n{detail}")
     return result
 
 
