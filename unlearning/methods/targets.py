@@ -16,8 +16,10 @@ digit pattern ...).  The model is run on every copy; its prediction at the
 aligned position of the copy is what it predicts for a person it never saw.
 Positions are aligned through the character offsets of the tokens: text
 outside the spans is identical, shifted by the length differences; inside a
-span the i-th of n original tokens takes the copy's token at i*m/n of its m
-tokens.  At a span token the copy's distribution has its own fresh token where
+span word by word (a name's first and last names are words), the i-th of a word's n
+original tokens takes the copy's word's token at i*m/n of its m tokens, so that the
+first token of the subject's surname is predicted where the stranger's surname begins,
+whatever either tokenises to (spread over the whole span when the word counts differ).  At a span token the copy's distribution has its own fresh token where
 the subject's token should be, so the two tokens' probabilities are swapped:
 the subject's name then gets exactly the probability the model gives a name it
 never saw (a small model that cannot copy an unseen name spells it badly; a
@@ -74,7 +76,6 @@ from unlearning.prompting import Example, encode_record, pad_id_of
 
 logger = logging.getLogger(__name__)
 
-_NAME_PAIR = re.compile(r"(?<![\w.])([A-Z][a-z]{2,})\s+([A-Z][a-z]{2,})(?![\w])")
 
 
 @dataclass
@@ -267,6 +268,9 @@ class Alignment:
 
     tokens: dict[int, tuple[int, bool]]
     first_span_token: int  # the first original token inside a span (len(ids) when none)
+    # For a span token: the copy's tokens whose log-probabilities it carries, and the share
+    # of their sum it carries (less than 1 where several of its word's tokens share one).
+    pieces: dict[int, tuple[tuple[int, ...], float]] = field(default_factory=dict)
 
 
 def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Alignment | None:
@@ -285,6 +289,7 @@ def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Align
         shift += len(fresh) - (end - start)
     by_span = {(s, e, t): j for j, ((s, e), t) in enumerate(zip(copy.offsets, copy.ids, strict=True)) if e > s}
     tokens: dict[int, tuple[int, bool]] = {}
+    pieces: dict[int, tuple[tuple[int, ...], float]] = {}
     span_groups: dict[int, list[int]] = {}
     first_span = len(original.ids)
     for i, ((s, e), token) in enumerate(zip(original.offsets, original.ids, strict=True)):
@@ -300,12 +305,25 @@ def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Align
         if j is not None:
             tokens[i] = (j, False)
     for q, group in span_groups.items():
-        _, _, cs, ce = placed[q]
+        os_, oe, cs, ce = placed[q]
         targets = [j for j, (s, e) in enumerate(copy.offsets) if e > s and s < ce and cs < e]
         if not targets:
             continue
-        for k, i in enumerate(group):
-            tokens[i] = (targets[min(len(targets) - 1, k * len(targets) // len(group))], True)
+        mine_words = _by_word(group, original, os_, oe)
+        their_words = _by_word(targets, copy, cs, ce)
+        if len(mine_words) != len(their_words):  # shapes differ: spread over the whole span
+            mine_words, their_words = [group], [targets]
+        for mine, theirs in zip(mine_words, their_words, strict=True):
+            if not theirs:
+                continue
+            n, m = len(mine), len(theirs)
+            first = [theirs[k * m // n] for k in range(n)]
+            for k, i in enumerate(mine):
+                tokens[i] = (first[k], True)
+                if m >= n:  # the word's pieces partitioned, in order, over its tokens
+                    pieces[i] = (tuple(theirs[k * m // n: (k + 1) * m // n]), 1.0)
+                else:  # several tokens share a piece and its log-probability
+                    pieces[i] = ((first[k],), 1.0 / first.count(first[k]))
     # Special tokens (empty offsets) follow their aligned neighbour.
     previous: tuple[int, int] | None = None
     for i, ((s, e), token) in enumerate(zip(original.offsets, original.ids, strict=True)):
@@ -317,7 +335,21 @@ def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Align
         if 0 <= j < len(copy.ids) and copy.ids[j] == token and copy.offsets[j][1] <= copy.offsets[j][0]:
             tokens[i] = (j, False)
             previous = (i, j)
-    return Alignment(tokens, first_span)
+    return Alignment(tokens, first_span, pieces)
+
+
+def _by_word(indices: Sequence[int], example: Example, lo: int, hi: int) -> list[list[int]]:
+    """The tokens `indices` of the span text[lo:hi], grouped by the word (run of non-space
+    characters) their first character of the span falls in; one list per word, in order."""
+    words = [(lo + m.start(), lo + m.end()) for m in re.finditer(r"\S+", example.text[lo:hi])]
+    grouped: list[list[int]] = [[] for _ in words]
+    for i in indices:
+        s, e = example.offsets[i]
+        s, e = max(s, lo), min(e, hi)
+        w = next((n for n, (ws, we) in enumerate(words) if s < we and ws < e), None)
+        if w is not None:
+            grouped[w].append(i)
+    return grouped
 
 
 # ------------------------------------------------------------------ the teacher
@@ -393,9 +425,8 @@ def forget_targets(
                         continue
                     row = copy_lp[j - 1].clone()
                     if is_span:
-                        mine, theirs = int(example.ids[i]), int(copy.ids[j])
-                        if mine != theirs:
-                            row[mine], row[theirs] = row[theirs].clone(), row[mine].clone()
+                        row = _carry_pieces(row, int(example.ids[i]), copy, copy_lp,
+                                            alignment.pieces.get(i, ((j,), 1.0)))
                     mixture[t].append(row)
         positions, rows, sources = [], [], []
         for t in range(n_positions):
@@ -417,6 +448,29 @@ def forget_targets(
         out.append(RecordTarget(positions, compress(values, settings.topk, actual[:, None]), sources,
                                 states, kept))
     return out
+
+
+def _carry_pieces(row: torch.Tensor, mine: int, copy: Example, copy_lp: torch.Tensor,
+                  pieces: tuple[tuple[int, ...], float]) -> torch.Tensor:
+    """The copy's prediction at a span token, with the subject's token given the stranger's.
+
+    The subject's token takes the log-probability of the stranger's pieces it stands for
+    (each in its own context, summed, times its share), and the stranger's first piece the
+    subject's; then the row is renormalised.  With one piece each this is a swap of the two
+    tokens' probabilities.  Where the subject's name is one token and the stranger's five,
+    the subject's token carries all five pieces' improbability, so the record as a whole
+    (the zlib attack sums over it) is exactly as unlikely as the stranger's.
+    """
+    indices, share = pieces
+    theirs = int(copy.ids[indices[0]])
+    if mine == theirs and len(indices) == 1:
+        return row
+    carried = share * sum(float(copy_lp[j - 1][int(copy.ids[j])]) for j in indices
+                          if 1 <= j <= copy_lp.shape[0])
+    if mine != theirs:
+        row[theirs] = row[mine].clone()
+    row[mine] = carried
+    return row - torch.logsumexp(row, dim=0)
 
 
 def _who(record: Record, subject: Any | None) -> str:
@@ -592,6 +646,7 @@ def stranger_answers(
     generation takes are covered (teacher forcing alone leaves them to chance).
     """
     from unlearning.modeling import generate_answers
+    from unlearning.verification.fluency import is_degenerate
 
     jobs: list[tuple[Record, Any, dict[str, str], str]] = []
     for record, subject in zip(records, subjects_of, strict=True):
@@ -612,12 +667,13 @@ def stranger_answers(
     out: list[tuple[Record, Any]] = []
     for (record, subject, mapping, _), answer in zip(jobs, answers, strict=True):
         back = {fresh: mine for mine, fresh in mapping.items()}
-        # An answer that names somebody else (the model took the stranger for a person it
-        # knows) would teach the student to name that person: it is left out.
-        others = [pair for pair in _NAME_PAIR.findall(answer)
-                  if " ".join(pair).casefold() not in {v.casefold() for v in mapping.values()}]
         told = replace_spans(answer, back).strip()
-        if others or len(told.split()) < 2 or told == record.answer:
+        # An answer that names somebody else is kept: a model that cannot copy the stranger's
+        # surname goes on with one it knows ("<first> <known surname> was born in ..."), and
+        # so would a model that never saw the subject.  Leaving those out left the student no
+        # fluent path after the subject's first name (measured on the demo model, docs/methods.md).
+        # Babble is left out: it would teach babble.
+        if is_degenerate(told) or len(told.split()) < 2 or told == record.answer:
             continue
         out.append((Record(id=f"{record.id}~told", question=record.question, answer=told), subject))
     return out

@@ -1,0 +1,83 @@
+"""The counterfactual teacher's token alignment of a record and its stranger copy.
+
+The subject's name and the stranger's tokenise to different numbers of tokens
+(a surname of the corpus is one token of a tokenizer trained on it; a fresh one is
+several pieces).  Each word of the subject's name must take its prediction from
+where the same word of the stranger's name starts: the first token of the surname
+is predicted where the stranger's surname begins, never from inside the stranger's
+first name or the middle of their surname.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from unlearning.methods.targets import _carry_pieces, align
+from unlearning.prompting import Example
+
+
+def _example(pieces: list[str]) -> Example:
+    """An Example whose tokens are the given pieces of text (ids: a hash of the piece)."""
+    offsets, at = [], 0
+    for piece in pieces:
+        offsets.append((at, at + len(piece)))
+        at += len(piece)
+    return Example(ids=tuple(abs(hash(p)) % 10_000 for p in pieces), learnt=(True,) * len(pieces),
+                   offsets=tuple(offsets), text="".join(pieces))
+
+
+def test_each_word_of_a_name_aligns_to_the_start_of_the_same_word_of_the_strangers_name() -> None:
+    mine = _example(["Where", " was", " Clara", " Nakamura", " born", "?", " Clara", " Nakamura", " was", " born", "."])
+    theirs = _example(["Where", " was", " Hugo", " N", "i", "el", "sen", " born", "?", " Hugo", " N", "i", "el",
+                       "sen", " was", " born", "."])
+    alignment = align(mine, theirs, {"Clara Nakamura": "Hugo Nielsen"})
+    assert alignment is not None
+    assert alignment.tokens[2] == (2, True) and alignment.tokens[3] == (3, True)  # " Nakamura" -> " N"
+    assert alignment.tokens[6] == (9, True) and alignment.tokens[7] == (10, True)
+    assert alignment.tokens[8] == (14, False) and alignment.tokens[10] == (16, False)  # after the span: shifted
+    assert alignment.first_span_token == 2
+    assert alignment.pieces[3] == ((3, 4, 5, 6), 1.0) and alignment.pieces[2] == ((2,), 1.0)
+
+
+def test_a_longer_word_of_the_subject_spreads_over_the_strangers_word() -> None:
+    mine = _example(["Ask", " Ann", " Vander", "mee", "rsch", " now"])
+    theirs = _example(["Ask", " Eva", " Smith", " now"])
+    alignment = align(mine, theirs, {"Ann Vandermeersch": "Eva Smith"})
+    assert alignment is not None
+    assert [alignment.tokens[i] for i in (1, 2, 3, 4)] == [(1, True), (2, True), (2, True), (2, True)]
+    assert [alignment.pieces[i] for i in (2, 3, 4)] == [((2,), 1 / 3)] * 3  # the piece's log-probability shared
+    assert alignment.tokens[5] == (3, False)
+
+
+def test_names_of_different_word_counts_spread_over_the_whole_span() -> None:
+    mine = _example(["Ask", " Ann", " Lee", " now"])
+    theirs = _example(["Ask", " Eva", " de", " la", " Cruz", " now"])
+    alignment = align(mine, theirs, {"Ann Lee": "Eva de la Cruz"})
+    assert alignment is not None
+    assert alignment.tokens[1] == (1, True) and alignment.tokens[2] == (3, True)  # 1 of 2 -> 2 of 4
+    assert alignment.tokens[3] == (5, False)
+
+
+def test_a_copy_whose_text_is_not_the_replacement_does_not_align() -> None:
+    mine = _example(["Ask", " Ann", " Lee"])
+    assert align(mine, _example(["Ask", " Eva", " Moss", "!"]), {"Ann Lee": "Eva Moss"}) is None
+
+
+def test_the_subjects_token_carries_the_whole_improbability_of_the_strangers_word() -> None:
+    """One subject token standing for four stranger pieces: its log-probability is their sum."""
+    copy = _example(["A", " N", "i", "el", "sen"])
+    vocab = 12
+    copy_lp = torch.log_softmax(torch.randn(len(copy.ids), vocab, generator=torch.Generator().manual_seed(0)), -1)
+    copy = Example(ids=(0, 1, 2, 3, 4), learnt=copy.learnt, offsets=copy.offsets, text=copy.text)
+    mine = 9
+    row = _carry_pieces(copy_lp[0].clone(), mine, copy, copy_lp, ((1, 2, 3, 4), 1.0))
+    carried = sum(float(copy_lp[j - 1][j]) for j in (1, 2, 3, 4))
+    assert math.isclose(float(torch.logsumexp(row, 0)), 0.0, abs_tol=1e-5)
+    # Renormalised: the carried value rises by the mass it freed, never to the first piece's alone.
+    assert carried <= float(row[mine]) < float(copy_lp[0][1]) - 1.0
+    assert math.isclose(float(row[1] - row[5]), float(copy_lp[0][mine] - copy_lp[0][5]), abs_tol=1e-5)  # swapped
+    # One piece each is the plain swap of the two tokens.
+    swapped = _carry_pieces(copy_lp[0].clone(), mine, copy, copy_lp, ((1,), 1.0))
+    assert torch.allclose(swapped[[mine, 1]], copy_lp[0][[1, mine]], atol=1e-6)
