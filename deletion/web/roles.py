@@ -35,6 +35,9 @@ CAPABILITIES: dict[str, frozenset[str]] = {
     "letter.issue": frozenset({OFFICER}),
     "letter.edit": frozenset({OFFICER, ADMIN}),
     "evidence.download": frozenset({OFFICER, REVIEWER, AUDITOR}),
+    # The full certificate-chain walk costs seconds per 20,000 certificates (pages check
+    # from the last signed verified head): the auditor's check, and the admin's.
+    "chain.verify_full": frozenset({AUDITOR, ADMIN}),
     "settings.edit": frozenset({ADMIN}),
 }
 

@@ -177,6 +177,15 @@ def test_the_chain_is_checked_from_the_last_verified_head_and_whole_on_request(m
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "full"
 
 
+def test_only_an_auditor_or_an_admin_walks_the_whole_chain(make_user, certified):
+    url = f"/api/v1/certificates/{certified['certificate_id']}/verification"
+    officer = _token_client(make_user, "officer")
+    assert officer.get(url).json()["chain_valid"] is True
+    refused = officer.get(url, {"full": "1"})
+    assert refused.status_code == 403 and "chain.verify_full" in refused.content.decode()
+    assert _token_client(make_user, "admin").get(url, {"full": "1"}).json()["chain_mode"] == "full"
+
+
 def test_a_serving_system_reads_the_checkpoint_to_load(make_user, certified):
     served = _token_client(make_user, "auditor").get(f"/api/v1/models/{certified['model']}/serving").json()
     assert served["digest"] == certified["candidate_digest"] and served["version"] == 2

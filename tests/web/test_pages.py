@@ -116,6 +116,11 @@ def test_the_certificate_list_says_what_its_chain_check_read(client_as, certifie
     assert "the whole chain verifies" in full
     assert client.get("/certificates/", {"full": "yes"}).status_code == 400
 
+    officer = client_as("officer")
+    assert "Verify the whole chain" not in officer.get("/certificates/").content.decode()
+    refused = officer.get("/certificates/", {"full": "1"})
+    assert refused.status_code == 403 and "auditor or an admin" in refused.content.decode()
+
 
 def test_the_registry_shows_lineage_serving_pointer_and_embodied_certificates(client_as, certified):
     page = client_as("auditor").get(f"/models/{certified['model']}/").content.decode()

@@ -24,7 +24,7 @@ from deletion.web.certificate_status import (
 )
 from deletion.web.domain_session import domain_session
 from deletion.web.forms import OwnerForm, RecipientForm, ScheduleForm
-from deletion.web.roles import actor_of, requires
+from deletion.web.roles import actor_of, requires, user_can
 from deletion.web.views.common import attach_domain_error
 
 
@@ -132,6 +132,11 @@ def certificate_list(request: HttpRequest) -> HttpResponse:
             "status": 400, "title": "Bad request",
             "message": "full must be 0 (check from the last verified head) or 1 (the whole chain)."},
             status=400)
+    if full == "1" and not user_can(request.user, "chain.verify_full"):
+        return render(request, "web/error.html", {
+            "status": 403, "title": "Not allowed",
+            "message": "Only an auditor or an admin may walk the whole certificate chain; "
+                       "this page checks it from the last signed verified head."}, status=403)
     with domain_session() as session:
         rows = selectors.certificate_page(session)
         chain = certificate_chain_status(session, full=full == "1")
@@ -145,7 +150,7 @@ def certificate_list(request: HttpRequest) -> HttpResponse:
                           "status": certificate_status(row, keyring)})
         return render(request, "web/certificate_list.html", {
             "items": items, "chain": chain, "chain_summary": chain_summary(chain),
-            "full_requested": full == "1"})
+            "full_requested": full == "1", "can_verify_full": user_can(request.user, "chain.verify_full")})
 
 
 @require_GET
