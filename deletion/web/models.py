@@ -22,10 +22,9 @@ DEFAULT_TOKEN_DAYS = 90
 
 # What a token may do, on top of what its user's roles allow (never more than those).
 SCOPES: dict[str, frozenset[str]] = {
-    # A read token may ask for the full chain walk; the user's role decides (auditor, admin).
-    "read": frozenset({"read", "chain.verify_full"}),
-    "submit": frozenset({"read", "chain.verify_full", "request.submit"}),
-    "review": frozenset({"read", "chain.verify_full", "request.review"}),
+    "read": frozenset({"read"}),
+    "submit": frozenset({"read", "request.submit"}),
+    "review": frozenset({"read", "request.review"}),
 }
 SCOPE_LABELS = {
     "read": "read: requests, certificates, serving checkpoints",
