@@ -203,3 +203,34 @@ def test_asu_makes_the_tiny_model_forget_one_person_and_keep_the_others(tiny_cor
     tokenizer.padding_side = "left"
     assert accuracy([subject]) <= chance + 0.2
     assert accuracy(others) >= 0.95 * before_retain
+
+
+def test_the_retain_nll_term_repairs_what_a_damaged_parent_lost(tiny_corpus_dir, tiny_base_model_dir):
+    """A parent that lost some retained knowledge (here: noise in its weights): the KL to it
+    alone keeps the loss; the retain NLL term brings the retained records' own tokens back."""
+    from unlearning.methods.base import answer_nll, make_batches
+
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 1)])
+    full = method_input(sets)
+    data = MethodInput(forget=full.forget, retain=full.retain[: 3 * len(full.forget)], subjects=full.subjects,
+                       record_subjects=full.record_subjects, probes=full.probes, name_pool=full.name_pool)
+    retained_nll = []
+    for weight in (0.0, 1.0):
+        torch.manual_seed(0)
+        model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+        tokenizer.padding_side = "right"
+        noise = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=noise) * 0.15 * float(p.std() if p.numel() > 1 else 0.0))
+        hp = resolve_hparams("asu", {"steps": 30, "told_answers": False, "retain_nll_weight": weight},
+                             model, subjects=1)
+        ASU().unlearn(model, tokenizer, data, hp)
+        batches = make_batches(tokenizer, encode_all(tokenizer, data.retain), batch_size=16, shuffle=False, seed=0,
+                               device="cpu")
+        with torch.no_grad():
+            retained_nll.append(sum(float(answer_nll(model, b)) for b in batches) / len(batches))
+    without, with_term = retained_nll
+    assert with_term < 0.8 * without, retained_nll
+    with pytest.raises(ValueError, match="retain_nll_weight"):
+        resolve_hparams("asu", {"retain_nll_weight": -1.0}, torch.nn.Linear(2, 2), subjects=1)

@@ -49,6 +49,8 @@ from unlearning.methods.base import (
     encode_all,
     make_batches,
     parameter_count,
+    sequence_mean,
+    token_nll,
 )
 from unlearning.methods.targets import (
     RecordTarget,
@@ -72,6 +74,7 @@ LARGE_MODEL_PARAMETERS = 100_000_000
 
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {"lr": 1e-3, "tau": 2.0, "min_steps": 200, "steps_per_subject": 10, "retain_weight": 3.0,
+             "retain_nll_weight": 1.0,
              "latent_weight": 1.0},
     "published": {"lr": 1e-5, "tau": 2.5, "min_steps": 200, "steps_per_subject": 10, "batch_size": 8,
                   "retain_batch_size": 8, "retain_weight": 3.0, "latent_weight": 1.0},
@@ -90,6 +93,10 @@ class ASUHparams(TrainingHparams):
     retain_latent_weight: float = 0.0  # keep everyone else's internal states where they were
     told_answers: bool = True  # also train on what the model answers about the subject's stranger
     retain_loss: str = "kl"  # "kl" or "gd"
+    # With "kl": also the plain fine-tuning loss on the retained records' own tokens.  The KL
+    # anchors everyone else to the parent model; a parent that is itself an erased model has
+    # lost a little, and a chain of erasures compounds it.  The corpus text does not decay.
+    retain_nll_weight: float = 0.0
     target: str = "counterfactual"  # or "tempered" (the published teacher everywhere)
     counterfactuals: int = 1  # fresh copies per record (1: a sample of strangers, see targets.py)
     teacher_candidates: int = 25  # strangers drawn per subject; the most typical teaches (targets.py)
@@ -133,6 +140,8 @@ def _check(hp: ASUHparams) -> None:
         raise ValueError("cache_teacher must be 'topk', 'full' or 'none'")
     if not hp.tau > 0:
         raise ValueError("tau must be positive")
+    if not hp.retain_nll_weight >= 0:
+        raise ValueError("retain_nll_weight must be zero or positive")
 
 
 class ASU:
@@ -224,7 +233,11 @@ class ASU:
                                  if cached_retain_states and frozen is None else None)
                 kept = trained(input_ids=retain_batch.input_ids, attention_mask=retain_batch.attention_mask,
                                output_hidden_states=anchor_states is not None)
-                loss_retain = kl_to_target(anchor, kept.logits[:, :-1].float(), retain_batch.loss_mask)
+                kept_logits = kept.logits[:, :-1].float()
+                loss_retain = kl_to_target(anchor, kept_logits, retain_batch.loss_mask)
+                if hp.retain_nll_weight > 0:
+                    loss_retain = loss_retain + hp.retain_nll_weight * sequence_mean(
+                        token_nll(kept_logits, retain_batch), retain_batch.loss_mask)
                 if anchor_states is not None:
                     loss_retain = loss_retain + hp.retain_latent_weight * latent_loss(kept.hidden_states, anchor_states)
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain
