@@ -31,8 +31,9 @@ from __future__ import annotations
 import random
 import re
 import string
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -182,6 +183,24 @@ class FreshNames:
                 return candidate
         return _same_case(like, "".join(rng.choice(string.ascii_lowercase) for _ in range(7)))
 
+    @property
+    def years(self) -> tuple[int, ...]:
+        """The years the records show (``year:`` entries of the pool), for fresh dates."""
+        return self._parts.years
+
+    def seen_value(self, kind: str, like: str, rng: random.Random) -> str | None:
+        """Another value of `kind` the records show, written in the same shape as `like`, when
+        the records show `like` itself (a value people share: a model that never saw the
+        subject predicts it from the population, and a stranger's must be as familiar);
+        None when `like` is the subject's own (then a fresh one is as unfamiliar)."""
+        shown = self._parts.values.get(kind, ())
+        if like.casefold() not in {v.casefold() for v in shown}:
+            return None
+        shape = _shape(like, kind)
+        same = sorted({v for v in shown if _shape(v, kind) == shape and v.casefold() != like.casefold()
+                       and v.casefold() not in self.avoid})
+        return rng.choice(same) if same else None
+
     def _seen_like(self, role: str | None) -> list[str]:
         """Name parts the records show, in `role` where there are enough of them."""
         parts = self._parts
@@ -205,6 +224,8 @@ class _PoolParts:
     near: dict[str, list[str]]  # role -> parts of any recurring name
     shown: dict[str, list[str]]  # role -> every word shown in a name, most frequent first
     seen: frozenset[str]  # every word the records show in a name, casefolded
+    years: tuple[int, ...] = ()  # the years the records show
+    values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # kind -> values the records show
 
     @classmethod
     def of(cls, pool: Sequence[str]) -> _PoolParts:
@@ -212,9 +233,16 @@ class _PoolParts:
         near: dict[str, list[str]] = {}
         shown: dict[str, list[str]] = {}
         seen: set[str] = set()
+        years: set[int] = set()
+        values: dict[str, list[str]] = {}
         for entry in pool:
             tag, _, rest = entry.partition(":")
-            if tag == "pair":
+            if tag == "year":
+                years.add(int(rest))
+            elif tag == "value":
+                kind, _, value = rest.partition(":")
+                values.setdefault(kind, []).append(value)
+            elif tag == "pair":
                 seen.update(w.casefold() for w in rest.split())
             elif tag in ("near", "seen"):
                 role, _, word = rest.partition(":")
@@ -224,7 +252,8 @@ class _PoolParts:
                 role, word = (tag, rest) if rest else ("", tag)
                 strict.append((role, word))
                 seen.add(word.casefold())
-        return cls(strict, near, shown, frozenset(seen))
+        return cls(strict, near, shown, frozenset(seen), tuple(sorted(years)),
+                   {k: tuple(v) for k, v in values.items()})
 
 
 def _unseen_names(role: str | None) -> tuple[str, ...]:
@@ -268,6 +297,19 @@ _NOT_NAMES = frozenset(
     " Brewery Bakery Works Workshop Corp Corporation GmbH LLC PLC".split()
 )
 _AFTER_THE = re.compile(r"\b[Tt]he\s+([A-Z][a-z]{2,})(?:\s+([A-Z][a-z]{2,}))?")
+SHARED_VALUE_KINDS = ("date", "phone", "number", "street")
+
+
+def _shape(text: str, kind: str) -> str:
+    """How a value is written: digits as 9 (a date's day and month as one 9 whatever
+    their width), letters as a, month names as M."""
+    text = re.sub(r"\b(?:" + "|".join(_MONTHS) + r")\b", "M", text)
+    if kind == "date":
+        text = re.sub(r"(?<!\d)\d{1,2}(?!\d)", "9", text)
+    return re.sub(r"[^\W\d_]", "a", re.sub(r"\d", "9", text))
+
+
+_YEAR = re.compile(r"(?<![\d.,-])\b(1[5-9]\d\d|20\d\d)\b(?![\d.,-]\d)")
 _BIGRAM = re.compile(r"(?<![\w.])([A-Z][a-z]{2,})\s+([A-Z][a-z]{2,})(?![\w])")
 
 
@@ -283,14 +325,24 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
     is no ordinary stranger's name, and a model that copies first names it
     never saw may not copy that one.  ``near:first:Dana`` are the parts of any
     recurring name (for corpora of few people), ``pair:Dana Whitlock`` the
-    recurring names themselves (no stranger may get one), and ``seen:first:Dana``
-    every word the records show in a name at all, most frequent first.
+    recurring names themselves (no stranger may get one), ``seen:first:Dana``
+    every word the records show in a name at all, most frequent first, and
+    ``year:1967`` every year the records write (fresh dates take one of them), and
+    ``value:date:22 November 1979`` every date, phone number, number or street address
+    that two or more records show (a value people share, see `FreshNames.seen_value`).
     """
     pairs: dict[tuple[str, str], int] = {}
     titled: set[str] = set()  # words after "the": parts of book, prize and company names
+    years: set[int] = set()  # years written in the records (fresh dates take theirs)
+    values: dict[tuple[str, str], int] = {}  # (kind, value) -> records showing it
     for record in records:
         seen: set[tuple[str, str]] = set()
-        for text in record_texts(record):
+        texts = record_texts(record)
+        for span in pattern_spans(texts):
+            if span.kind in SHARED_VALUE_KINDS:
+                values[(span.kind, span.text)] = values.get((span.kind, span.text), 0) + 1
+        for text in texts:
+            years.update(int(y) for y in _YEAR.findall(text))
             for first, last in _BIGRAM.findall(text):
                 if not {first, last} & _NOT_NAMES and last not in _STREET_WORDS:
                     seen.add((first, last))
@@ -317,7 +369,8 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
         shown[f"last:{last}"] = shown.get(f"last:{last}", 0) + n
     ever = [f"seen:{w}" for w in sorted(sorted(shown), key=lambda w: -shown[w])[:5 * limit]]
     return (([f"first:{w}" for w in sorted(firsts)] + [f"last:{w}" for w in sorted(lasts)])[:limit]
-            + known + near[:limit] + ever)
+            + known + near[:limit] + ever + [f"year:{y}" for y in sorted(years)]
+            + [f"value:{k}:{v}" for (k, v), n in sorted(values.items()) if n >= 2][: 5 * limit])
 
 
 @dataclass(frozen=True)
@@ -400,13 +453,15 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
             pieces = re.split(r"([._+-])", local)
             fresh = "".join(
                 p if p in "._+-" or not p else
-                (part_map[p.casefold()].lower() if p.casefold() in part_map else
-                 _digits_like(p, rng) if p.isdigit() else names.part(p, p).lower())
+                (_from_name(p, part_map) or
+                 (_digits_like(p, rng) if p.isdigit() else names.part(p, p).lower()))
                 for p in pieces
             )
             mapping[text] = f"{fresh}@{domain}"
+        elif span.kind in SHARED_VALUE_KINDS and (shared := names.seen_value(span.kind, text, rng)):
+            mapping[text] = shared
         elif span.kind == "date":
-            mapping[text] = _fresh_date(text, rng)
+            mapping[text] = _fresh_date(text, rng, names.years)
         elif span.kind in ("phone", "number", "identifier"):
             keep = 2 if span.kind == "phone" and text.startswith("+") else 0
             fresh = _digits_like(text, rng, keep_prefix=keep)
@@ -427,19 +482,59 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
     return {k: v for k, v in mapping.items() if v and v != k}
 
 
+def _ascii(text: str) -> str:
+    """Lower case without accents, as addresses write a name (Grünewald -> grunewald)."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def _from_name(piece: str, part_map: Mapping[str, str]) -> str | None:
+    """A piece of an e-mail address's local part written from the name's parts, written
+    the same way from the fresh parts: ``grunewald`` (accents dropped), ``tovem`` (a part
+    and another's initial), ``jdelacroix`` (an initial and a part).  None when the piece
+    is no such spelling (it then gets a fresh word of its own)."""
+    folded = _ascii(piece)
+    parts = {_ascii(k): _ascii(v) for k, v in part_map.items() if len(k) >= 2}
+    if folded in parts:
+        return parts[folded]
+    for original, fresh in parts.items():
+        rest = folded[len(original):] if folded.startswith(original) else None
+        if rest and len(rest) == 1:
+            initial = next((f for o, f in parts.items() if o != original and o.startswith(rest)), None)
+            if initial:
+                return fresh + initial[0]
+        head = folded[: -len(original)] if folded.endswith(original) else None
+        if head and len(head) == 1:
+            initial = next((f for o, f in parts.items() if o != original and o.startswith(head)), None)
+            if initial:
+                return initial[0] + fresh
+    return None
+
+
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
            "October", "November", "December")
 
 
-def _fresh_date(text: str, rng: random.Random) -> str:
-    """Another plausible date written the same way (day 1-28, year within 15 of the original)."""
+def _fresh_date(text: str, rng: random.Random, years: Sequence[int] = ()) -> str:
+    """Another plausible date written the same way: day 1-28 (zero-padded only where the
+    original is), any month, and a year the records show within 15 of the original
+    (`years`; without them, the original moved by 1 to 15).  A day written "09" where
+    the corpus writes "9", or a year outside every year it shows, is a string no model
+    has met: a stranger so written looks less familiar than any person would."""
     def year(match: re.Match[str]) -> str:
         value = int(match.group())
-        return str(value + rng.choice([-1, 1]) * rng.randint(1, 15)) if len(match.group()) == 4 else match.group()
+        near = [y for y in years if y != value and abs(y - value) <= 15]
+        if near:
+            return str(rng.choice(near))
+        return str(value + rng.choice([-1, 1]) * rng.randint(1, 15))
+
+    def day(match: re.Match[str]) -> str:
+        padded = len(match.group()) == 2 and match.group().startswith("0")
+        return f"{rng.randint(1, 28):02d}" if padded else str(rng.randint(1, 28))
 
     fresh = re.sub(r"\b\d{4}\b", year, text)
     fresh = re.sub(r"\b(?:" + "|".join(_MONTHS) + r")\b", lambda m: rng.choice(_MONTHS), fresh)
-    fresh = re.sub(r"(?<![\d-])\b\d{1,2}\b(?![\d])", lambda m: f"{rng.randint(1, 28):0{len(m.group())}d}", fresh)
+    fresh = re.sub(r"(?<![\d-])\b\d{1,2}\b(?![\d])", day, fresh)
     return fresh if fresh != text else _digits_like(text, rng)
 
 

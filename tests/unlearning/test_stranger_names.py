@@ -11,7 +11,15 @@ import pytest
 
 from tests.real_shaped import free_text_corpus, people
 from unlearning.corpus import Record
-from unlearning.identifiers import FreshNames, avoid_set, counterfactual, find_spans, name_parts_of
+from unlearning.identifiers import (
+    FreshNames,
+    Span,
+    avoid_set,
+    counterfactual,
+    find_spans,
+    fresh_mapping,
+    name_parts_of,
+)
 from unlearning.sets import Subject
 from unlearning.stranger_names import FAMILY_NAMES, GIVEN_NAMES
 
@@ -71,3 +79,47 @@ def test_organisation_names_are_no_name_parts() -> None:
                for k in range(4)]
     assert not [e for e in name_parts_of(records) if e.split(":")[-1] in {"Lodestar", "Meadowlark"}
                 and not e.startswith("seen:")]
+
+
+def _crowd_records(lines: list[str]) -> list[Record]:
+    return [Record(id=f"r{i}", text=line) for i, line in enumerate(lines)]
+
+
+def test_a_date_other_people_share_becomes_another_shared_date_and_an_own_one_a_fresh_one() -> None:
+    # Dates drawn from a small pool (as in a generated corpus): a model that never saw the
+    # subject predicts a shared date from the population, so the stranger's must be shared too.
+    shared = ["22 November 1979", "3 May 1960", "17 August 1985"]
+    others = _crowd_records([f"{n} was born on {d}." for n, d in zip(
+        ["Dana Whitlock", "Eve Moss", "Ann Moss", "Bo Whitlock", "Cy Moss", "Di Whitlock"], shared * 2, strict=False)])
+    names = FreshNames(pool=name_parts_of(others), avoid=avoid_set([Subject("Ola Brandt")]), seed="7")
+    for seed in range(12):
+        swapped = counterfactual(Record(id="s", text="Ola Brandt was born on 22 November 1979."),
+                                 [Span("Ola Brandt", "name"), Span("22 November 1979", "date")],
+                                 names=names, seed=seed).mapping["22 November 1979"]
+        assert swapped in shared and swapped != "22 November 1979"
+        own = counterfactual(Record(id="s", text="Ola Brandt was born on 9 June 1961."),
+                             [Span("Ola Brandt", "name"), Span("9 June 1961", "date")],
+                             names=names, seed=seed).mapping["9 June 1961"]
+        day, month, year = own.split()
+        # Written as the corpus writes dates: no zero-padded day, a year the records show.
+        assert not day.startswith("0") and 1 <= int(day) <= 28
+        assert int(year) in {1979, 1960, 1985} and own not in shared
+
+
+def test_a_strangers_address_is_spelt_from_the_strangers_name_as_the_subjects_is_from_theirs() -> None:
+    names = FreshNames(pool=(), seed="3")
+    for name, address, spelling in (
+        ("Tove Mendoza", "tovem@example.net", lambda f, s: f"{f}{s[0]}"),
+        ("Chiara Grünewald", "chiara_grunewald@inbox.example.com", lambda f, s: f"{f}_{s}"),
+        ("Jakub Delacroix", "jdelacroix@example.org", lambda f, s: f"{f[0]}{s}"),
+    ):
+        mapping = fresh_mapping([Span(name, "name"), Span(address, "email")], names)
+        first, last = (_fold(w) for w in mapping[name].split())
+        local, _, domain = mapping[address].partition("@")
+        assert local == spelling(first, last) and domain == address.partition("@")[2]
+
+
+def _fold(word: str) -> str:
+    import unicodedata
+
+    return "".join(c for c in unicodedata.normalize("NFKD", word.casefold()) if not unicodedata.combining(c))
