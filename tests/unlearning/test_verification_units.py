@@ -24,6 +24,7 @@ import pytest
 
 from unlearning.corpus import load_corpus
 from unlearning.demo.corpus import load_people
+from unlearning.identifiers import find_spans
 from unlearning.probes import Probe
 from unlearning.sets import ErasureSets, Subject, build_sets
 from unlearning.verification import (
@@ -661,6 +662,19 @@ def test_counterfactual_controls_ask_the_subjects_own_probes_about_strangers(tin
     shapes = Counter((p.kind, p.form) for p in bank.forget.probes)
     assert not Counter((p.kind, p.form) for p in bank.control.probes) - shapes
     assert len(bank.stranger_maps) == len(bank.forget.probes)
+
+
+def test_the_fluency_strangers_change_who_an_answer_is_about_never_what_it_says(tiny_sets: ErasureSets) -> None:
+    # An answer about the subject is scored by the base as the same answer about a stranger:
+    # the names change, a date or an address in it is its content and stays.
+    bank, _ = build_bank(tiny_sets, control=None, corpus=None, heldout=None, settings=VerifySettings(), seed=0)
+    record_of = {r.id: r for r in tiny_sets.forget}
+    dated = [(p, m) for p, m in zip(bank.forget.probes, bank.stranger_maps, strict=True)
+             if any(s.kind == "date" for s in find_spans(record_of[p.record_id], tiny_sets.subjects[0]))]
+    assert dated and all(m for _, m in dated)
+    for probe, mapping in dated:
+        kinds = {s.text: s.kind for s in find_spans(record_of[probe.record_id], tiny_sets.subjects[0])}
+        assert all(kinds.get(key) in (None, "name", "name_part", "email", "url", "identifier") for key in mapping), mapping
 
 
 def test_each_subject_gets_several_consistent_stranger_identities_for_membership(tiny_sets: ErasureSets) -> None:

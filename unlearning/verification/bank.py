@@ -40,6 +40,7 @@ from unlearning.identifiers import (
     avoid_set,
     counterfactual,
     find_spans,
+    identity_spans,
     name_parts_of,
     record_texts,
 )
@@ -336,11 +337,15 @@ def build_bank(
 
     names = FreshNames(pool=name_parts_of(retain_pool), avoid=avoid_set(subjects), seed=f"fluency:{seed}")
     record_of = {r.id: r for r in forget_records}
+    # The fluency check scores an answer about the subject as the same answer about a
+    # stranger: only who it is about changes (names, e-mail addresses, given identifiers).
+    # A value in the answer is its content ("Quarry Lane Books", "16 August 1995"): swapped
+    # for a fresh one it turns a fluent answer into one the base finds implausible.
     stranger_maps = []
     for probe in forget_probes:
         record = record_of[probe.record_id]
         subject = subjects[_subject_index(sets, record)]
-        stranger_maps.append(dict(counterfactual(record, find_spans(record, subject), names=names,
+        stranger_maps.append(dict(counterfactual(record, identity_spans(record, subject), names=names,
                                                  seed=str(_subject_index(sets, record))).mapping))
 
     if control is not None:
