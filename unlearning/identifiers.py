@@ -31,7 +31,6 @@ from __future__ import annotations
 import random
 import re
 import string
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -39,6 +38,7 @@ from typing import Any
 
 from unlearning.corpus import Message, Record
 from unlearning.stranger_names import FAMILY_NAMES, GIVEN_NAMES
+from unlearning.text import normalise
 
 EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+(?<!\.)")
 URL = re.compile(r"\bhttps?://[^\s<>\"')]+")
@@ -482,19 +482,13 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
     return {k: v for k, v in mapping.items() if v and v != k}
 
 
-def _ascii(text: str) -> str:
-    """Lower case without accents, as addresses write a name (Grünewald -> grunewald)."""
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-
-
 def _from_name(piece: str, part_map: Mapping[str, str]) -> str | None:
     """A piece of an e-mail address's local part written from the name's parts, written
     the same way from the fresh parts: ``grunewald`` (accents dropped), ``tovem`` (a part
     and another's initial), ``jdelacroix`` (an initial and a part).  None when the piece
     is no such spelling (it then gets a fresh word of its own)."""
-    folded = _ascii(piece)
-    parts = {_ascii(k): _ascii(v) for k, v in part_map.items() if len(k) >= 2}
+    folded = normalise(piece)
+    parts = {normalise(k): normalise(v) for k, v in part_map.items() if len(k) >= 2}
     if folded in parts:
         return parts[folded]
     for original, fresh in parts.items():

@@ -22,6 +22,7 @@ from unlearning.identifiers import (
 )
 from unlearning.sets import Subject
 from unlearning.stranger_names import FAMILY_NAMES, GIVEN_NAMES
+from unlearning.text import normalise
 
 
 def _shown(records) -> set[str]:
@@ -114,12 +115,7 @@ def test_a_strangers_address_is_spelt_from_the_strangers_name_as_the_subjects_is
         ("Jakub Delacroix", "jdelacroix@example.org", lambda f, s: f"{f[0]}{s}"),
     ):
         mapping = fresh_mapping([Span(name, "name"), Span(address, "email")], names)
-        first, last = (_fold(w) for w in mapping[name].split())
+        first, last = (normalise(w) for w in mapping[name].split())
         local, _, domain = mapping[address].partition("@")
         assert local == spelling(first, last) and domain == address.partition("@")[2]
 
-
-def _fold(word: str) -> str:
-    import unicodedata
-
-    return "".join(c for c in unicodedata.normalize("NFKD", word.casefold()) if not unicodedata.combining(c))
