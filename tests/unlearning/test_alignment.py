@@ -60,24 +60,55 @@ def test_names_of_different_word_counts_spread_over_the_whole_span() -> None:
     assert alignment.tokens[3] == (5, False)
 
 
+def test_an_email_address_aligns_at_its_at_sign_and_keeps_its_domain_token_for_token() -> None:
+    """A local part of 2 tokens against one of 4: "@" and the shared domain still line up
+    (spread over the whole address, the subject's "@" was taught from inside the stranger's
+    local part, and the erased model wrote "fdubois@@@@@@example.com" for other people)."""
+    mine = _example(["Mail", " fd", "ubois", "@", "example", ".", "net", " now"])
+    theirs = _example(["Mail", " ak", "ow", "al", "ski", "@", "example", ".", "net", " now"])
+    alignment = align(mine, theirs, {"fdubois@example.net": "akowalski@example.net"})
+    assert alignment is not None
+    assert [alignment.tokens[i] for i in (1, 2)] == [(1, True), (3, True)]  # the local part spread
+    assert [alignment.tokens[i] for i in (3, 4, 5, 6)] == [(5, True), (6, True), (7, True), (8, True)]
+    assert alignment.pieces[3] == ((5,), 1.0)
+    assert alignment.tokens[7] == (9, False)
+
+
+def test_a_hyphenated_name_against_a_plain_one_still_aligns_word_by_word() -> None:
+    mine = _example(["Ask", " Jean", "-", "Luc", " Moreau", " now"])
+    theirs = _example(["Ask", " Hugo", " N", "iel", "sen", " now"])
+    alignment = align(mine, theirs, {"Jean-Luc Moreau": "Hugo Nielsen"})
+    assert alignment is not None
+    assert alignment.tokens[1] == (1, True) and alignment.tokens[4] == (2, True)  # surname to surname
+
+
 def test_a_copy_whose_text_is_not_the_replacement_does_not_align() -> None:
     mine = _example(["Ask", " Ann", " Lee"])
     assert align(mine, _example(["Ask", " Eva", " Moss", "!"]), {"Ann Lee": "Eva Moss"}) is None
 
 
-def test_the_subjects_token_carries_the_whole_improbability_of_the_strangers_word() -> None:
-    """One subject token standing for four stranger pieces: its log-probability is their sum."""
+def test_the_subjects_token_costs_what_starting_the_strangers_word_costs() -> None:
+    """One subject token standing for four stranger pieces: its log-probability is the first
+    piece's (the onset of the copy), not the sum of all four (the erased model then stopped
+    writing one-token surnames at all)."""
     copy = _example(["A", " N", "i", "el", "sen"])
     vocab = 12
     copy_lp = torch.log_softmax(torch.randn(len(copy.ids), vocab, generator=torch.Generator().manual_seed(0)), -1)
     copy = Example(ids=(0, 1, 2, 3, 4), learnt=copy.learnt, offsets=copy.offsets, text=copy.text)
     mine = 9
     row = _carry_pieces(copy_lp[0].clone(), mine, copy, copy_lp, ((1, 2, 3, 4), 1.0))
-    carried = sum(float(copy_lp[j - 1][j]) for j in (1, 2, 3, 4))
     assert math.isclose(float(torch.logsumexp(row, 0)), 0.0, abs_tol=1e-5)
-    # Renormalised: the carried value rises by the mass it freed, never to the first piece's alone.
-    assert carried <= float(row[mine]) < float(copy_lp[0][1]) - 1.0
-    assert math.isclose(float(row[1] - row[5]), float(copy_lp[0][mine] - copy_lp[0][5]), abs_tol=1e-5)  # swapped
-    # One piece each is the plain swap of the two tokens.
-    swapped = _carry_pieces(copy_lp[0].clone(), mine, copy, copy_lp, ((1,), 1.0))
-    assert torch.allclose(swapped[[mine, 1]], copy_lp[0][[1, mine]], atol=1e-6)
+    swapped = copy_lp[0].clone()
+    swapped[1], swapped[mine] = copy_lp[0][mine], copy_lp[0][1]
+    assert torch.allclose(row, swapped - torch.logsumexp(swapped, 0), atol=1e-6)  # a swap with the onset
+    whole = sum(float(copy_lp[j - 1][j]) for j in (1, 2, 3, 4))
+    assert float(row[mine]) > whole + 1.0
+
+
+def test_tokens_sharing_one_stranger_piece_share_its_log_probability() -> None:
+    copy = Example(ids=(0, 1), learnt=(True, True), offsets=((0, 1), (1, 3)), text="A B")
+    copy_lp = torch.log_softmax(torch.randn(2, 6, generator=torch.Generator().manual_seed(1)), -1)
+    row = _carry_pieces(copy_lp[0].clone(), 5, copy, copy_lp, ((1,), 1 / 3))
+    raw = copy_lp[0].clone()
+    raw[1], raw[5] = copy_lp[0][5], copy_lp[0][1] / 3
+    assert torch.allclose(row, raw - torch.logsumexp(raw, 0), atol=1e-6)

@@ -309,10 +309,13 @@ def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Align
         targets = [j for j, (s, e) in enumerate(copy.offsets) if e > s and s < ce and cs < e]
         if not targets:
             continue
-        mine_words = _by_word(group, original, os_, oe)
-        their_words = _by_word(targets, copy, cs, ce)
-        if len(mine_words) != len(their_words):  # shapes differ: spread over the whole span
-            mine_words, their_words = [group], [targets]
+        mine_words, their_words = [group], [targets]  # shapes differ: spread over the whole span
+        for pattern in _WORDS:
+            mine_split, their_split = (_by_word(group, original, os_, oe, pattern),
+                                       _by_word(targets, copy, cs, ce, pattern))
+            if len(mine_split) == len(their_split):
+                mine_words, their_words = mine_split, their_split
+                break
         for mine, theirs in zip(mine_words, their_words, strict=True):
             if not theirs:
                 continue
@@ -338,10 +341,19 @@ def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Align
     return Alignment(tokens, first_span, pieces)
 
 
-def _by_word(indices: Sequence[int], example: Example, lo: int, hi: int) -> list[list[int]]:
-    """The tokens `indices` of the span text[lo:hi], grouped by the word (run of non-space
-    characters) their first character of the span falls in; one list per word, in order."""
-    words = [(lo + m.start(), lo + m.end()) for m in re.finditer(r"\S+", example.text[lo:hi])]
+# How a span is cut into words for the alignment, finest first: letters-and-digits runs with
+# each other character a word of its own (an e-mail address's "@" and dots, a phone number's
+# dashes: the structure two values of one shape share, so the domain after "@" aligns with
+# the same domain), then runs of non-space characters (a hyphenated first name against a
+# plain one).  The first cut that gives both sides the same number of words is used.
+_WORDS = (re.compile(r"[^\W_]+|[^\w\s]|_"), re.compile(r"\S+"))
+
+
+def _by_word(indices: Sequence[int], example: Example, lo: int, hi: int,
+             pattern: re.Pattern[str] = _WORDS[-1]) -> list[list[int]]:
+    """The tokens `indices` of the span text[lo:hi], grouped by the word (a match of
+    `pattern`) their first character of the span falls in; one list per word, in order."""
+    words = [(lo + m.start(), lo + m.end()) for m in pattern.finditer(example.text[lo:hi])]
     grouped: list[list[int]] = [[] for _ in words]
     for i in indices:
         s, e = example.offsets[i]
@@ -454,21 +466,27 @@ def _carry_pieces(row: torch.Tensor, mine: int, copy: Example, copy_lp: torch.Te
                   pieces: tuple[tuple[int, ...], float]) -> torch.Tensor:
     """The copy's prediction at a span token, with the subject's token given the stranger's.
 
-    The subject's token takes the log-probability of the stranger's pieces it stands for
-    (each in its own context, summed, times its share), and the stranger's first piece the
-    subject's; then the row is renormalised.  With one piece each this is a swap of the two
-    tokens' probabilities.  Where the subject's name is one token and the stranger's five,
-    the subject's token carries all five pieces' improbability, so the record as a whole
-    (the zlib attack sums over it) is exactly as unlikely as the stranger's.
+    The subject's token takes the log-probability with which the copy starts the stranger's
+    word it stands for (its first piece, in its own context, times the token's share of that
+    piece), and that piece takes the subject's; then the row is renormalised.  With one piece
+    each this is a swap of the two tokens' probabilities.
+
+    Only the onset: a model that never saw a one-token surname pays once to copy it from the
+    question, never for the four more pieces an unseen stranger's surname happens to have.
+    Measured on the demo base (10 people, 328 span tokens of their answers) against the
+    model retrained without them: carrying the sum of the pieces put the target 4.8 nats
+    below the retrained model on average (54 tokens more than 4 nats below), and the erased
+    model stopped writing the subject's name ("Yara@inbox." where it wrote "Yara Ramírez's
+    email address is ..."), which the fluency check rejected; with the onset the span
+    membership AUC is the retrained model's (0.70 against 0.67).
     """
     indices, share = pieces
     theirs = int(copy.ids[indices[0]])
-    if mine == theirs and len(indices) == 1:
+    if mine == theirs:
         return row
-    carried = share * sum(float(copy_lp[j - 1][int(copy.ids[j])]) for j in indices
-                          if 1 <= j <= copy_lp.shape[0])
-    if mine != theirs:
-        row[theirs] = row[mine].clone()
+    j = indices[0]
+    carried = share * float(copy_lp[j - 1][theirs]) if 1 <= j <= copy_lp.shape[0] else float(row[mine])
+    row[theirs] = row[mine].clone()
     row[mine] = carried
     return row - torch.logsumexp(row, dim=0)
 
