@@ -75,7 +75,7 @@ LARGE_MODEL_PARAMETERS = 100_000_000
 PRESETS: dict[str, dict[str, Any]] = {
     # demo: lr 5e-4 and 30 steps a subject (measured 2026-12-03 on 200 demo people, one job of
     # 10 and of 20: lr 1e-3 at 10 a subject kept 0.937 and 0.947 of retained accuracy, this
-    # keeps 0.97-0.99; a job of 20 costs 3x a job of one, the limit the scale issue sets).
+    # keeps 0.97-0.99; a job of 20 runs 3x the steps of a job of one, 3.3x its wall time).
     "demo": {"lr": 5e-4, "tau": 2.0, "min_steps": 200, "steps_per_subject": 30, "retain_weight": 3.0,
              "retain_nll_weight": 1.0,
              "latent_weight": 1.0},
