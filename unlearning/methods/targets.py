@@ -309,7 +309,7 @@ def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Align
         targets = [j for j, (s, e) in enumerate(copy.offsets) if e > s and s < ce and cs < e]
         if not targets:
             continue
-        mine_words, their_words = [group], [targets]  # shapes differ: spread over the whole span
+        mine_words, their_words = [group], [targets]  # no cut fits both: spread over the whole span
         for pattern in _WORDS:
             mine_split, their_split = (_by_word(group, original, os_, oe, pattern),
                                        _by_word(targets, copy, cs, ce, pattern))
@@ -350,7 +350,7 @@ _WORDS = (re.compile(r"[^\W_]+|[^\w\s]|_"), re.compile(r"\S+"))
 
 
 def _by_word(indices: Sequence[int], example: Example, lo: int, hi: int,
-             pattern: re.Pattern[str] = _WORDS[-1]) -> list[list[int]]:
+             pattern: re.Pattern[str]) -> list[list[int]]:
     """The tokens `indices` of the span text[lo:hi], grouped by the word (a match of
     `pattern`) their first character of the span falls in; one list per word, in order."""
     words = [(lo + m.start(), lo + m.end()) for m in pattern.finditer(example.text[lo:hi])]
