@@ -174,18 +174,19 @@ def audit_append_pg(
     object_ref: str,
     details: Mapping[str, Any] | None = None,
     at: datetime | None = None,
-) -> AuditEvent:
+) -> None:
     """``audit_append`` through a psycopg cursor of the caller's transaction, which already
     holds the audit head's lock (``head`` is the (seq, hash) that AUDIT_HEAD_LOCK_PG
     returned, read in this transaction).  The event and the head move are sent, not
-    awaited: in a pipeline, their errors surface at the caller's next sync."""
+    awaited: in a pipeline, their errors surface at the caller's next sync.  Returns nothing:
+    building the ORM object the other ``audit_append`` returns cost its one caller (the
+    API's filing, inside the head's lock) more than hashing the event did."""
     values = _next_event(head[0], head[1], actor=actor, action=action, object_type=object_type,
                          object_ref=object_ref, details=details, at=at)
     cursor.execute(_PG_APPEND, (
         values["seq"], values["at"].astimezone(UTC), actor, action, object_type, object_ref,
         values["details"], values["prev_hash"], values["hash"], values["seq"], values["hash"], AUDIT_CHAIN))
     logger.info("audit %s %s %s:%s seq=%s", actor, action, object_type, object_ref, values["seq"])
-    return AuditEvent(**values)
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,13 @@ def _submission_pg(
     import psycopg
     from sqlalchemy.exc import DBAPIError
 
+    # Everything that needs no answer from the database is done before the first round
+    # trip takes the row locks: concurrent filings queue on those locks until commit.
     keys = crypto.keyring()
     entries = _index_entries(keys, identifiers)
+    subject_hmac = keys.blind_index("name", identifiers.name)
+    plaintext = _identifiers_json(identifiers)
+    due_at = deadlines.due_at(received_at)
     session.flush()  # whatever the caller added first must be visible to the driver's reads
     driver = session.connection().connection.driver_connection
     if driver is None:  # a pooled connection always has its driver connection while checked out
@@ -233,15 +238,13 @@ def _submission_pg(
             select(ErasureRequest).where(ErasureRequest.id.in_(earlier_ids)).order_by(ErasureRequest.id)
         ).scalars()) if earlier_ids else []
         reference = f"{prefix}-{number:05d}"
-        ciphertext, key_id = keys.encrypt(_identifiers_json(identifiers), context=SUBJECT_CONTEXT,
-                                          row=reference)
-        subject_hmac = keys.blind_index("name", identifiers.name)
+        ciphertext, key_id = keys.encrypt(plaintext, context=SUBJECT_CONTEXT, row=reference)
         stamp = utcnow()
         values: dict[str, Any] = dict.fromkeys(_REQUEST_COLUMNS)
         values.update(
             reference=reference, subject_ciphertext=ciphertext, subject_key_id=key_id,
             subject_ad_version=crypto.AD_ROW, subject_hmac=subject_hmac, blind_key_id=keys.blind_key_id,
-            ground=ground, received_at=received_at, due_at=deadlines.due_at(received_at),
+            ground=ground, received_at=received_at, due_at=due_at,
             model_id=model_id, priority=priority, status=RequestStatus.SUBMITTED,
             submitted_by=actor, submitted_by_id=actor_id, created_at=stamp, updated_at=stamp,
         )
@@ -256,7 +259,7 @@ def _submission_pg(
                 object_type=OBJECT_TYPE, object_ref=reference,
                 details={
                     "ground": ground, "priority": priority, "model": registered_name,
-                    "received_at": canonical_time(received_at), "due_at": canonical_time(values["due_at"]),
+                    "received_at": canonical_time(received_at), "due_at": canonical_time(due_at),
                     "subject_hmac": subject_hmac, "blind_key_id": keys.blind_key_id,
                     "earlier_requests": [r.reference for r in earlier],
                 },
