@@ -31,7 +31,7 @@ def django_database(url: str) -> dict[str, Any]:
         }
     if backend == "postgresql":
         return {
-            "ENGINE": "django.db.backends.postgresql",
+            "ENGINE": "deletion.web.postgresql",  # Django's, health-checking idle connections only
             "NAME": parsed.database or "",
             "USER": parsed.username or "",
             "PASSWORD": parsed.password or "",

@@ -6,11 +6,12 @@ The caller owns the transaction: services only add to the session they are given
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Engine, Result, create_engine, event
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,14 +24,46 @@ def normalise_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
+def make_engine(url: str, *, ping_after_idle: float | None = None, **kwargs: Any) -> Engine:
+    """An engine whose pooled connections are tested before use, so a database restart
+    costs no request an error: every checkout (``pool_pre_ping``) by default, or with
+    ``ping_after_idle`` only a connection that sat in the pool at least that many seconds
+    (the web: a round trip per request saved under load, where connections come back
+    within milliseconds)."""
     url = normalise_url(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, **kwargs)
         _configure_sqlite(engine)
         return engine
-    kwargs.setdefault("pool_pre_ping", True)
-    return create_engine(url, **kwargs)
+    if ping_after_idle is None:
+        kwargs.setdefault("pool_pre_ping", True)
+        return create_engine(url, **kwargs)
+    engine = create_engine(url, **kwargs)
+    _ping_idle_connections(engine, after=ping_after_idle)
+    return engine
+
+
+def _ping_idle_connections(engine: Engine, *, after: float) -> None:
+    """``pool_pre_ping`` for connections idle ``after`` seconds or more.  A ping that finds
+    the connection dead raises ``DisconnectionError``: the pool then discards it and
+    checks out another (SQLAlchemy's pessimistic disconnect handling)."""
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is not None and time.monotonic() - idle_since < after:
+            return
+        dialect = engine.dialect
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as error:
+            if dialect.is_disconnect(error, dbapi_connection, None):
+                raise exc.DisconnectionError(f"pooled connection is gone: {error}") from error
+            raise
 
 
 def _configure_sqlite(engine: Engine) -> None:

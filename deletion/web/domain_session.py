@@ -12,6 +12,9 @@ from sqlalchemy.orm import Session
 
 from deletion.domain.db import make_engine, session_scope
 
+# A pooled connection is pinged before use only after sitting idle this long: under load
+# every request reuses one returned milliseconds ago, and pinging it cost a round trip.
+PING_AFTER_IDLE = 5.0
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
 
@@ -23,7 +26,7 @@ def domain_engine() -> Engine:
     with _lock:
         engine = _engines.get(url)
         if engine is None:
-            engine = _engines[url] = make_engine(url)
+            engine = _engines[url] = make_engine(url, ping_after_idle=PING_AFTER_IDLE)
         return engine
 
 

@@ -16,7 +16,7 @@ import psycopg
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from deletion.web.domain_session import domain_engine
+from deletion.web.domain_session import PING_AFTER_IDLE, domain_engine
 from deletion.web.models import api_token_create
 from deletion.web.roles import OFFICER
 
@@ -82,3 +82,42 @@ def test_the_token_its_user_and_roles_are_one_query(client: Any, make_user: Any,
     with CaptureQueriesContext(connection) as queries:
         assert _file(client, token, model_name, f"Second {uuid.uuid4().hex[:8]}").status_code == 201
     assert len(queries.captured_queries) == 1, [q["sql"] for q in queries.captured_queries]
+
+
+@contextmanager
+def django_statements() -> Iterator[list[str]]:
+    """Every statement sent on Django's connection, its health check's SELECT 1 included
+    (which Django sends to the driver directly, past CaptureQueriesContext)."""
+    seen: list[str] = []
+    original = psycopg.Cursor.execute
+
+    def execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if cursor.connection is connection.connection:
+            seen.append(str(query))
+        return original(cursor, query, *args, **kwargs)
+
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        psycopg.Cursor.execute = original  # type: ignore[method-assign]
+
+
+def _next_request_query() -> None:
+    """What a request does with Django's connection: start (the health check is due
+    again), then one query."""
+    connection.close_if_unusable_or_obsolete()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 2")
+
+
+def test_django_health_checks_a_connection_only_after_it_sat_idle(transactional_db: Any) -> None:
+    assert connection.settings_dict["CONN_HEALTH_CHECKS"]
+    _next_request_query()
+    with django_statements() as sent:
+        _next_request_query()
+    assert sent == ["SELECT 2"]
+    connection._last_used -= PING_AFTER_IDLE + 1  # type: ignore[attr-defined]
+    with django_statements() as sent:
+        _next_request_query()
+    assert sent == ["SELECT 1", "SELECT 2"]
