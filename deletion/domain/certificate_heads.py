@@ -20,7 +20,11 @@ checks the newest verified head's signature and then:
 
 A verified head whose signature does not verify (forged, altered, or by a key not in
 the ring) is never trusted; nor is any row without one.  The reader then says so and
-walks the whole chain, as it does while there is no verified head yet.  By design the
+walks from genesis, as it does while there is no verified head yet.  A page or an API
+read passes ``tail_limit`` (``PAGE_TAIL_LIMIT``), as the audit pages do with their seals
+(``seals.audit_seals_verify``): it re-checks at most that many certificates after its
+starting point and says how many it left to the worker (``unchecked``), so no read walks
+a whole chain, not even one without a trusted head.  By design the
 incremental check does not re-read rows before the verified head: the full walk does
 (``full=True``: ``?full=1`` on the certificate page and the API, the daily beat run,
 and ``manage.py certificates verify``).  A cut tail with the head rewound *before* the
@@ -52,6 +56,9 @@ INCREMENTAL, FULL = "incremental", "full"
 # certificates wait means the worker's check stopped (or fails, or recent heads were removed).
 VERIFY_PERIOD = timedelta(minutes=15)
 FULL_VERIFY_PERIOD = timedelta(days=1)
+# What a page or an API read re-checks at most (each certificate is an Ed25519
+# verification, a few thousand a second); the worker verifies every VERIFY_PERIOD.
+PAGE_TAIL_LIMIT = 1_000
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -108,6 +115,7 @@ class CertificateChainCheck:
     reason: str | None = None
     warnings: tuple[str, ...] = ()
     last_hash: str | None = None  # the chain hash at head_seq, when the check held
+    unchecked: int = 0  # certificates before the head this check left to the worker (tail_limit)
 
 
 def _head(session: Session) -> tuple[int, str]:
@@ -127,33 +135,40 @@ def certificate_chain_check(
     keyring: KeyRing,
     *,
     full: bool = False,
+    tail_limit: int | None = None,
     now: datetime | None = None,
 ) -> CertificateChainCheck:
     """Check the certificate chain from its newest signed verified head to the chain head.
 
     ``full=True`` walks from genesis instead: the walk that runs only when asked.  The
     head is read first and the walk stops there, so a certificate issued meanwhile is
-    neither read nor mistaken for damage.  See the module docstring for what each mode
-    does and does not read.
+    neither read nor mistaken for damage.  ``tail_limit`` (not with ``full``): re-check at
+    most that many certificates after the starting point; the rest up to the head are
+    counted in ``unchecked`` and named in a warning.  See the module docstring for what
+    each mode does and does not read.
     """
+    if full and tail_limit is not None:
+        raise ValueError("the full walk has no tail limit")
     head_seq, head_hash = _head(session)
     last = certificate_verified_head_last(session)
     warnings: list[str] = []
     start: CertificateVerifiedHead | None = None
     if last is None:
         if not full:
-            warnings.append("no signed verified head yet: the whole chain was walked")
+            warnings.append("no signed verified head yet: the chain was walked from genesis")
     else:
         problem = _signature_problem(last, keyring)
         if problem is not None:
             log.error("certificate chain: %s", problem)
             warnings.append(f"{problem}; it was not trusted"
-                            + ("" if full else ", and the whole chain was walked"))
+                            + ("" if full else ", and the chain was walked from genesis"))
         elif not full:
             start = last
     mode = INCREMENTAL if start is not None else FULL
     after = (start.verified_seq, start.chain_hash) if start is not None else None
     from_seq = after[0] if after is not None else 0
+
+    until = head_seq if tail_limit is None else min(head_seq, from_seq + tail_limit)
 
     def result(ok: bool, checked: int, first_bad: int | None = None, reason: str | None = None,
                last_hash: str | None = None) -> CertificateChainCheck:
@@ -161,16 +176,20 @@ def certificate_chain_check(
             ok, mode, head_seq, from_seq, checked,
             start.id if start is not None else None,
             start.verified_at if start is not None else None,
-            first_bad, reason, tuple(warnings), last_hash)
+            first_bad, reason, tuple(warnings), last_hash, max(head_seq - until, 0))
 
     if start is not None and start.verified_seq > head_seq:
         return result(False, 0, head_seq + 1,
                       f"chain head at seq {head_seq}, behind the verified seq "
                       f"{start.verified_seq}: rows were cut")
-    walk = certificate_verify_chain(session, keyring, after=after, until_seq=head_seq)
+    walk = certificate_verify_chain(session, keyring, after=after, until_seq=until)
     if not walk.ok:
         return result(False, walk.checked, walk.first_bad_seq, walk.reason)
-    if walk.last_hash != head_hash:
+    if until < head_seq:
+        warnings.append(f"{head_seq - until} certificates after seq {until} were left to the "
+                        "worker's check: this read re-checks at most "
+                        f"{tail_limit} (the whole chain: ?full=1)")
+    elif walk.last_hash != head_hash:
         return result(False, walk.checked, head_seq,
                       "chain head hash does not match the last certificate")
     stray = session.execute(
@@ -183,7 +202,7 @@ def certificate_chain_check(
                       "the head was rewound")
     if start is not None:
         warnings.extend(_stale_warning(start, head_seq, now))
-    return result(True, walk.checked, last_hash=walk.last_hash)
+    return result(True, walk.checked, last_hash=walk.last_hash if until == head_seq else None)
 
 
 def _stale_warning(start: CertificateVerifiedHead, head_seq: int,

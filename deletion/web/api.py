@@ -218,7 +218,9 @@ class VerificationOut(Schema):
     chain_verified_from: int = Field(description="the seq the walk began after (0: genesis); "
                                                  "rows up to it were not re-read")
     chain_verified_at: datetime | None = Field(description="when the worker signed that verified head")
-    chain_head_seq: int = Field(description="the chain head the walk ended at")
+    chain_head_seq: int = Field(description="the chain head when the check began")
+    chain_unchecked: int = Field(description="certificates before the head this read left to the "
+                                             "worker's check (a read re-checks at most 1,000)")
     chain_summary: str = Field(description="what was checked, in one sentence")
     chain_warnings: list[str]
 
@@ -389,6 +391,7 @@ def verify_certificate(request: HttpRequest, certificate_id: str = REF,
                 "chain_first_bad_seq": chain.first_bad_seq, "chain_reason": chain.reason,
                 "chain_mode": chain.mode, "chain_verified_from": chain.verified_from,
                 "chain_verified_at": chain.verified_at, "chain_head_seq": chain.head_seq,
+                "chain_unchecked": chain.unchecked,
                 "chain_summary": chain_summary(chain), "chain_warnings": list(chain.warnings)}
 
 

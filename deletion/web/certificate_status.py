@@ -9,7 +9,11 @@ from datetime import UTC
 from django.conf import settings
 from sqlalchemy.orm import Session
 
-from deletion.domain.certificate_heads import CertificateChainCheck, certificate_chain_check
+from deletion.domain.certificate_heads import (
+    PAGE_TAIL_LIMIT,
+    CertificateChainCheck,
+    certificate_chain_check,
+)
 from deletion.domain.certificates import certificate_verify_one, payload_hash_of
 from deletion.domain.models import Certificate
 from deletion.domain.signing import KeyRing, SigningError, keyring_from_config
@@ -36,8 +40,10 @@ def certificate_status(certificate: Certificate, keyring: KeyRing | None = None)
 
 
 def certificate_chain_status(session: Session, *, full: bool = False) -> CertificateChainCheck:
-    """From the newest signed verified head to the chain head (``full``: from genesis)."""
-    return certificate_chain_check(session, keyring_from_config(settings.CONFIG), full=full)
+    """From the newest signed verified head towards the chain head, at most
+    PAGE_TAIL_LIMIT certificates (``full``: the whole chain from genesis)."""
+    return certificate_chain_check(session, keyring_from_config(settings.CONFIG), full=full,
+                                   tail_limit=None if full else PAGE_TAIL_LIMIT)
 
 
 def chain_summary(chain: CertificateChainCheck) -> str:
@@ -47,6 +53,10 @@ def chain_summary(chain: CertificateChainCheck) -> str:
                  f"{chain.verified_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)")
     else:
         start = "from seq 1 (the whole chain)"
+    if chain.ok and chain.unchecked:
+        return (f"verified {start} to seq {chain.head_seq - chain.unchecked}: "
+                f"{chain.checked} certificates re-checked, the {chain.unchecked} after it up to "
+                f"the head at seq {chain.head_seq} left to the worker's check")
     if chain.ok:
         return (f"verified {start} to the head at seq {chain.head_seq}: "
                 f"{chain.checked} certificates re-checked")

@@ -119,7 +119,7 @@ def test_without_a_verified_head_the_whole_chain_is_walked_and_said(
     check = certificate_chain_check(session, keyring)
 
     assert (check.ok, check.mode, check.checked, check.verified_from) == (True, FULL, 3, 0)
-    assert check.warnings == ("no signed verified head yet: the whole chain was walked",)
+    assert check.warnings == ("no signed verified head yet: the chain was walked from genesis",)
 
 
 def test_a_head_that_stopped_moving_while_certificates_wait_is_warned_about(
@@ -276,7 +276,7 @@ def test_a_verified_head_signed_by_a_stranger_is_refused_and_the_whole_chain_wal
     check = certificate_chain_check(session, keyring)
     assert (check.ok, check.mode, check.first_bad_seq) == (False, FULL, 2)
     assert check.warnings == (f"verified head {forged.id} is signed by a key that is not in the "
-                              "key ring; it was not trusted, and the whole chain was walked",)
+                              "key ring; it was not trusted, and the chain was walked from genesis",)
 
 
 @pytest.mark.parametrize("change", [{"verified_seq": 4}, {"from_seq": 2},
@@ -332,3 +332,53 @@ def test_verified_heads_work_on_sqlite(sqlite_session: Session, signer: Signer,
 
     assert (check.ok, check.mode, check.verified_from, check.checked) == (True, INCREMENTAL, 2, 1)
     assert check.warnings == ()
+
+
+# ------------------------------------------------------------ what a read may walk
+
+
+def test_a_read_without_a_verified_head_checks_at_most_its_limit_and_says_what_it_left(
+    session: Session, signer: Signer, keyring: KeyRing,
+) -> None:
+    _issue_chain(session, signer, 6)
+    as_owner(session)
+    flip(session, 5)  # beyond what the read re-checks
+
+    read = certificate_chain_check(session, keyring, tail_limit=3)
+    full = certificate_chain_check(session, keyring, full=True)
+
+    assert (read.ok, read.checked, read.unchecked, read.head_seq) == (True, 3, 3, 6)
+    assert any("3 certificates after seq 3 were left to the worker" in w for w in read.warnings)
+    assert (full.ok, full.first_bad_seq, full.unchecked) == (False, 5, 0)
+
+
+def test_a_read_from_a_verified_head_checks_at_most_its_limit(
+    session: Session, signer: Signer, keyring: KeyRing,
+) -> None:
+    vouched_chain(session, signer, keyring, before=3, after=5)
+
+    read = certificate_chain_check(session, keyring, tail_limit=2)
+    whole_tail = certificate_chain_check(session, keyring)
+
+    assert (read.ok, read.mode, read.verified_from, read.checked, read.unchecked) == (True, INCREMENTAL, 3, 2, 3)
+    assert (whole_tail.checked, whole_tail.unchecked) == (5, 0)
+
+
+def test_a_forged_verified_head_does_not_make_a_read_walk_the_whole_chain(
+    session: Session, signer: Signer, stranger: Signer, keyring: KeyRing,
+) -> None:
+    _issue_chain(session, signer, 6)
+    head_hash = session.execute(select(ChainHead.hash).where(ChainHead.name == CERTIFICATE_CHAIN)).scalar_one()
+    session.add(verified_head_sign(stranger, verified_seq=6, chain_hash=head_hash, from_seq=0,
+                                   verified_at=datetime.now(UTC)))
+    session.flush()
+
+    read = certificate_chain_check(session, keyring, tail_limit=2)
+
+    assert (read.mode, read.checked, read.unchecked) == (FULL, 2, 4)
+    assert any("not trusted" in w for w in read.warnings)
+
+
+def test_the_full_walk_takes_no_limit(session: Session, keyring: KeyRing) -> None:
+    with pytest.raises(ValueError):
+        certificate_chain_check(session, keyring, full=True, tail_limit=10)

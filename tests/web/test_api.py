@@ -200,3 +200,20 @@ def test_the_openapi_document_describes_every_route(make_user):
                   "/api/v1/certificates/{certificate_id}", "/api/v1/models/{name}/serving"):
         assert route in paths
     assert "BearerAuth" in json.dumps(schema["components"]) or "TokenAuth" in json.dumps(schema["components"])
+
+
+def test_a_verification_read_rechecks_at_most_its_limit_and_the_full_walk_everything(
+        make_user, certified, monkeypatch):
+    from deletion.web import certificate_status
+
+    monkeypatch.setattr(certificate_status, "PAGE_TAIL_LIMIT", 0)  # the chain has one certificate
+    client = _token_client(make_user, "auditor")
+    url = f"/api/v1/certificates/{certified['certificate_id']}/verification"
+
+    read = client.get(url).json()
+    full = client.get(url, {"full": "1"}).json()
+
+    assert read["chain_valid"] is True and read["chain_checked"] == 0
+    assert read["chain_unchecked"] == read["chain_head_seq"] >= 1
+    assert "left to the worker's check" in read["chain_summary"]
+    assert full["chain_checked"] == full["chain_head_seq"] and full["chain_unchecked"] == 0

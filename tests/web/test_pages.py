@@ -147,3 +147,18 @@ def test_the_audit_trail_filters_and_exports(client_as, submit_request):
     assert [e["action"] for e in exported] == ["request.submitted"]
     full = client.get("/audit/", {"verify": "chain"}).content.decode()
     assert "The chain verifies" in full
+
+
+def test_the_certificate_list_rechecks_at_most_its_limit_and_says_what_it_left(client_as, certified,
+                                                                              monkeypatch):
+    from deletion.web import certificate_status
+
+    monkeypatch.setattr(certificate_status, "PAGE_TAIL_LIMIT", 0)  # the chain has one certificate
+    client = client_as("auditor")
+
+    page = client.get("/certificates/").content.decode()
+    full = client.get("/certificates/", {"full": "1"}).content.decode()
+
+    assert "0 certificates re-checked" in page and "left to the worker&#x27;s check" in page
+    assert "the whole chain verifies" not in page and "verifies as far as this page checked" in page
+    assert "the whole chain verifies" in full
