@@ -335,7 +335,11 @@ def certificate_chain(settings: BenchSettings, *, console: Console) -> dict[str,
     from sqlalchemy.engine import make_url
     from sqlalchemy.orm import Session
 
-    from deletion.domain.certificate_heads import certificate_chain_check, verified_head_sign
+    from deletion.domain.certificate_heads import (
+        PAGE_TAIL_LIMIT,
+        certificate_chain_check,
+        verified_head_sign,
+    )
     from deletion.domain.certificates import chain_hash_of
     from deletion.domain.db import make_engine, session_scope
     from deletion.domain.migrate import upgrade
@@ -376,7 +380,7 @@ def certificate_chain(settings: BenchSettings, *, console: Console) -> dict[str,
             with console.task(f"check from a verified head {CERTIFICATE_TAIL} certificates before the head"), \
                     Session(engine) as session:
                 started = time.perf_counter()
-                incremental = certificate_chain_check(session, keyring)
+                incremental = certificate_chain_check(session, keyring, tail_limit=PAGE_TAIL_LIMIT)
                 incremental_s = time.perf_counter() - started
         finally:
             engine.dispose()
