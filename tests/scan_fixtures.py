@@ -35,6 +35,9 @@ TRAPS = [
     "ليلى حداد", "ليلى  حداد", "Layla Haddad", "\u202bLayla Haddad\u202c",
     "İlkay Kofi", "\u0130LKAY \u212aOFI", "ilkay kofi", "Ilkay Kofiee",
     "Ｍ．Okafor", "ﬁ Mara Okafor ﬂ", "Mara\u00adOkafor", "Mara Oka\u0301for",
+    # Non-ASCII spaces and letters between ASCII ones (the fold of a line must keep them apart).
+    "Mara\u00a0Okafor", "Mara\u3000Okafor", "\uff2dara Okafor", "Mara\u200dOkafor", "Zoe Strau\u00df",
+    "\u0131lkay Kofi",
 ]
 FILLER = ["The ferry leaves at dusk.", "She moved to Leeds in 2019.", "The author says so.",
           "Rain over Århus.", "Call +1 202 555 0147 or write to kim@example.com.", "Where was _ born?"]

@@ -8,16 +8,22 @@ byte-level prefilter cannot rule out.  Both are saved and compared file by file.
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.scan_fixtures import SUBJECTS, TRAPS, corpora, saved_bytes, trap_records, write_jsonl
 from unlearning import sets as sets_module
 from unlearning.corpus import formats, load_corpus, open_source
 from unlearning.corpus.sampling import rank
-from unlearning.corpus.scan import Prefilter, sample_records
+from unlearning.corpus.scan import Prefilter, _Lines, fold, sample_records
 from unlearning.sets import Subject, build_sets, build_sets_reference
+from unlearning.text import normalise
+from unlearning.text_matching import MultiMatcher
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -55,9 +61,10 @@ def test_the_traps_that_must_match_do_and_the_near_misses_do_not(tmp_path: Path)
             "+44-20-7946-0123", "Zoë Strauß", "Zoe\u0308 Strauss", "ZOË STRAUSS", "Zoe Strauss",
             "zs@example.net", "Ann Lee", "ann lee's", "555-0199-321", "ليلى حداد",
             "ليلى  حداد", "Layla Haddad", "\u202bLayla Haddad\u202c", "İlkay Kofi", "\u0130LKAY \u212aOFI",
-            "ilkay kofi", "ﬁ Mara Okafor ﬂ", "Mara Oka\u0301for"}
+            "ilkay kofi", "ﬁ Mara Okafor ﬂ", "Mara Oka\u0301for", "Mara\u00a0Okafor", "Mara\u3000Okafor",
+            "\uff2dara Okafor", "Zoe Strau\u00df", "\u0131lkay Kofi"}
     never = {"Okaforson", "Maraokafor", "Annabel Lee", "Leeann", "Zoë Straußberg", "Ilkay Kofiee",
-             "+44 20 7946 01234"}
+             "+44 20 7946 01234", "Mara\u200dOkafor"}
     assert must <= found
     assert not never & found
 
@@ -111,4 +118,62 @@ def test_a_name_split_across_two_fields_is_found_as_the_reference_finds_it(tmp_p
     reference = build_sets_reference(load_corpus(path), SUBJECTS, retain_per_forget=0)
     fast = build_sets(path, SUBJECTS, retain_per_forget=0, corpus_digest=reference.corpus_digest)
     assert [r.id for r in reference.forget] == ["a", "b", "c", "d"]
+    assert saved_bytes(fast, tmp_path / "f") == saved_bytes(reference, tmp_path / "r")
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _runs_lost_by_folding(texts: list[str]) -> list[tuple[str, str]]:
+    """(text, run) for each run of word characters of `normalise(text)` that is not a
+    substring of the text's fold: what would let the fast scan skip a line that matches."""
+    folded = fold("\n".join(texts).encode("utf-8").lower()).decode("utf-8").split("\n")
+    return [(text, run) for text, f in zip(texts, folded, strict=True)
+            for run in _WORD.findall(normalise(text)) if run not in f]
+
+
+def test_folding_keeps_every_word_that_normalisation_keeps_next_to_any_ascii_character() -> None:
+    # Normalisation works character by character but for canonical composition (and the
+    # reordering of marks), so a character can only change an ASCII neighbour's fate if
+    # it is a mark or the second part of some canonical decomposition: try every such
+    # code point on either side of every printable ASCII character.
+    seconds = set()
+    for code in range(0x80, 0x110000):
+        char = chr(code)
+        decomposition = unicodedata.decomposition(char)
+        if decomposition and not decomposition.startswith("<"):
+            seconds.update(chr(int(part, 16)) for part in decomposition.split()[1:])
+        if unicodedata.combining(char):
+            seconds.add(char)
+    texts = [pair for second in sorted(seconds) for ascii_char in map(chr, range(0x20, 0x7F))
+             for pair in (ascii_char + second, second + ascii_char) if "\n" not in pair]
+    assert len(seconds) > 900
+    assert _runs_lost_by_folding(texts) == []
+
+
+_TRAP_CHARACTERS = ("abcdefghijklmnopqrstuvwxyzAKIOS0123456789 .@'`-\"\\/"
+                    "\u0301\u0308\u0327\u0338\u0345\u0307\u00df\u0130\u0131\u212a\u00e9\u00c5\u00f8\u0153"
+                    "\ufb01\ufb02\uff2d\uff41\u2460\u00b2\u00bd\u00a0\u2003\u3000\u200b\u200d\u200f\u202b"
+                    "\u00ad\u2019\u2013\u0644\u064a\u0649\u064e\u0915\u093c\u1100\u1161\u00a8\u1e9e")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(alphabet=_TRAP_CHARACTERS, min_size=1, max_size=24), min_size=1, max_size=8))
+def test_folding_keeps_every_word_that_normalisation_keeps_in_text_full_of_traps(texts: list[str]) -> None:
+    assert _runs_lost_by_folding([t.replace("\n", " ") for t in texts]) == []
+
+
+def test_non_ascii_lines_are_parsed_only_when_their_folded_text_holds_a_token(tmp_path: Path) -> None:
+    records = trap_records(5, 400)
+    path = write_jsonl(tmp_path / "c.jsonl", records, 5)
+    block = path.read_bytes()
+    lines = _Lines(block)
+    escaped, _ = lines.escapes()
+    non_ascii = set(lines.non_ascii()) - set(escaped)
+    candidates = set(Prefilter(MultiMatcher([s.patterns() for s in SUBJECTS]).keys, phrases=True)
+                     .candidate_lines(block, lines))
+    assert non_ascii - candidates, "the fold ruled out no line: the test proves nothing"
+    assert non_ascii & candidates
+    reference = build_sets_reference(load_corpus(path), SUBJECTS, seed=5)
+    fast = build_sets(path, SUBJECTS, seed=5, corpus_digest=reference.corpus_digest)
     assert saved_bytes(fast, tmp_path / "f") == saved_bytes(reference, tmp_path / "r")

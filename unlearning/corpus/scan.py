@@ -12,13 +12,21 @@ parsing them:
   `\\u`).  A key's hit therefore implies that the key's longest letter-and-digit run
   (its *token*) occurs in the lower-cased line.
 * One pass of a byte-level Aho-Corasick automaton over the tokens (`ahocorasick_rs`, Rust)
-  on each lower-cased block finds the simple lines that may hold a hit; every other line
-  (non-ASCII, `\\u` escapes) is always parsed.  Those lines alone are parsed (`orjson`)
-  and matched by the reference matcher, so the result is the reference's, hit for hit.
-  A key without a letter or digit makes every line a candidate.
+  on each lower-cased block finds the simple lines that may hold a hit.
+* A line with non-ASCII bytes (and no `\\u` escape) is *folded*: each run of non-ASCII
+  characters is replaced by its normalised form, the ASCII bytes are lower-cased.  Every
+  run of word characters of the normalised text is a substring of the folded line (the
+  normalisation acts character by character but for canonical composition, and no ASCII
+  character composes into a character that keeps a word character normalisation would
+  keep: `_lines_holding`), so the tokens are looked for in the folded line.
+  Lines with a `\\u` escape are always parsed.
+* The lines that may hold a hit alone are parsed (`orjson`) and matched by the reference
+  matcher, so the result is the reference's, hit for hit.  A key without a letter or
+  digit makes every line a candidate.
 
 Records of a forget group (same `doc`/`source`/`thread`) are found the same way with the
-group values as tokens; the retain pool is the records under a rank threshold
+group values as tokens (compared verbatim, not normalised: a non-ASCII line needs a parse
+only when a group value is non-ASCII); the retain pool is the records under a rank threshold
 (`sampling`), found from line positions alone.  Parquet and Arrow shards run the same
 filter over their string columns; JSON arrays are parsed whole.  Memory: one block (8 MB)
 plus what is found.  Every function works on one shard, so shards can run in parallel
@@ -30,6 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +63,12 @@ from unlearning.corpus.records import (
 )
 from unlearning.corpus.sampling import RANK_SPACE, rank, ranks, threshold_for
 from unlearning.corpus.source import CorpusSource, open_source
+from unlearning.text import normalise
 from unlearning.text_matching import MultiMatcher
 
 _RUN = re.compile(r"[a-z0-9]+")
-_NON_ASCII = re.compile(rb"[\x80-\xff]")
+_WORD = re.compile(r"[^\W_]+")  # a run of letters and digits, in any script
+_FOLD_CACHE_MAX = 1 << 16
 _BLANK = re.compile(rb"\n[ \t\r\x0b\x0c]*(?=\n|\Z)")
 _LEADING_BLANK = re.compile(rb"[ \t\r\x0b\x0c]*(?:\n|\Z)")
 _BLANK_HINT = re.compile(rb"\n[\n \t\r\x0b\x0c]")
@@ -74,11 +85,20 @@ Sampled = tuple[int, int, "Record | Pending"]  # a pool entry whose line may not
 def _automaton(patterns: Iterable[str]) -> Any:
     import ahocorasick_rs
 
-    encoded = sorted({p.encode("ascii") for p in patterns})
+    encoded = sorted({p.encode("utf-8") for p in patterns})
     # The DFA: about twice the NFA's speed on a corpus (measured: 630 vs 290 MB/s, 1,500
-    # patterns), at a build cost of milliseconds.
-    return ahocorasick_rs.BytesAhoCorasick(encoded, implementation=ahocorasick_rs.Implementation.DFA) \
+    # patterns), at a build cost of milliseconds.  Leftmost-first matching lets the crate
+    # use its SIMD prefilter (a few patterns: 1 ms instead of 10 ms per 5 MB); it reports
+    # fewer overlapping matches, but still one in every line that holds a pattern, as no
+    # pattern holds a newline, and lines are all the scan asks for.
+    return ahocorasick_rs.BytesAhoCorasick(encoded, matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST,
+                                           implementation=ahocorasick_rs.Implementation.DFA) \
         if encoded else None
+
+
+@cache
+def _double_space() -> Any:
+    return _automaton(["  "])  # one pattern: the crate's memmem, far faster than numpy here
 
 
 def _starts(automaton: Any, lowered: bytes) -> Iterator[int]:
@@ -87,17 +107,19 @@ def _starts(automaton: Any, lowered: bytes) -> Iterator[int]:
             yield start
 
 
-# Bytes after which a simple line's text may differ from its raw bytes by more than case:
-# runs of spaces and escaped whitespace (collapsed by normalisation), an escaped slash.
-_RISKY = ("  ", "\\n", "\\t", "\\r", "\\f", "\\/")
+# Risky bytes, after which a simple line's text may differ from its raw bytes by more than
+# case: runs of spaces and escaped whitespace (collapsed by normalisation), an escaped
+# slash; that is, two spaces, or a backslash followed by one of these.
+_RISKY_ESCAPES = np.frombuffer(b"ntrf/NTRF", dtype=np.uint8)
 
 
 class Prefilter:
-    """Byte patterns whose absence from a simple line proves that no key occurs in it.
+    """Byte patterns whose absence from a line proves that no key occurs in it.
 
-    Token mode (`phrases=False`, any text): a key's hit implies its token (longest run
-    of letters and digits) in the lower-cased line.  Phrase mode (JSONL lines): a line
-    with no risky bytes (`_RISKY`) holds its strings' text verbatim up to case, so a key's
+    Token mode (`phrases=False`, keys compared verbatim: group values): a key's hit
+    implies its token (longest run of letters and digits) in the lower-cased line.
+    Phrase mode (normalised keys, JSONL lines; non-ASCII lines are folded first): a line
+    with no risky bytes (`_RISKY_ESCAPES`) holds its strings' text verbatim up to case, so a key's
     hit implies the key itself in the lower-cased line, or, when the hit spans two
     fields (which set building joins with whitespace), the key's part up to a space
     followed by the quote that ends the first field (`mara"` or `mara "`).  Lines with
@@ -108,10 +130,21 @@ class Prefilter:
         tokens: set[str] = set()
         always: set[str] = set()  # tokens checked on every line (keys no phrase can stand for)
         phrase_set: set[str] = set()
+        wide: set[str] = set()  # tokens of non-ASCII keys (looked for in folded lines only)
         self.scan_all = False
+        self.every_non_ascii_line = False
         for key in keys:
             if not key.isascii():
-                continue  # cannot occur in a simple line's ASCII text
+                # Cannot occur in a simple line's ASCII text.  In phrase mode (normalised
+                # keys) its longest run of word characters occurs in the folded line; a
+                # verbatim key, or one without word characters, makes every non-ASCII
+                # line a candidate.
+                words = _WORD.findall(key)
+                if phrases and words:
+                    wide.add(max(words, key=len))
+                else:
+                    self.every_non_ascii_line = True
+                continue
             low = key.lower()
             runs = _RUN.findall(low)
             if not runs:
@@ -127,38 +160,95 @@ class Prefilter:
         self.tokens = tuple(sorted(tokens))
         self.phrases = phrases
         self._tokens = _automaton(tokens)
-        # One pass finds both: patterns that make a line a candidate, then the risky bytes
-        # (lower-casing leaves them alone: JSON escapes are lower-case).
-        hits = sorted(always | phrase_set)
-        self._hit_count = len(hits)
-        self._always = _automaton(hits)
-        self._combined = _automaton([*hits, *_RISKY]) if phrases else None
+        self._always = _automaton(always | phrase_set)  # what makes a simple line a candidate
+        self._folded = _automaton([*tokens, *wide]) if phrases else None
+
+    def candidate_lines(self, block: bytes, lines: _Lines) -> list[int]:
+        """Indexes (in the block) of the lines of a JSONL block that may hold a key.
+
+        Simple lines with a hit in their lower-cased bytes (phrase mode: a phrase, or a
+        token where the line holds a risky byte); every line with a `\\u` escape; lines
+        with non-ASCII bytes: in phrase mode those whose folded text holds a token, in
+        token mode (keys compared verbatim: an ASCII key's token is in the raw bytes
+        whatever else the line holds) all of them when a key is non-ASCII.
+        """
+        if self.scan_all:
+            return list(range(lines.count))
+        lowered = block.lower()
+        hits = list(_starts(self._always if self.phrases else self._tokens, lowered))
+        found = set(lines.line_of(hits).tolist()) if hits else set()
+        escaped, risky = lines.escapes()
+        found.update(escaped)
+        non_ascii = [k for k in lines.non_ascii() if k not in found]
+        if self.every_non_ascii_line:
+            found.update(non_ascii)
+        elif self.phrases:
+            found.update(_lines_holding(self._folded, lines, non_ascii, lowered, folded=True))
+        if self.phrases:
+            found.update(_lines_holding(self._tokens, lines, [k for k in risky if k not in found], lowered))
+        return sorted(found)
 
     def token_starts(self, lowered: bytes) -> Iterator[int]:
         """Offsets of token hits (token mode)."""
         return _starts(self._tokens, lowered)
 
-    def line_starts(self, block: bytes, into: set[int]) -> None:
-        """Starts of the simple lines of a JSONL block that may hold a key."""
-        lowered = block.lower()
-        if not self.phrases:
-            _line_starts_of(block, self.token_starts(lowered), into)
-            return
-        risky: set[int] = set()
-        line_end = -1
-        for pattern, at, _ in (self._combined.find_matches_as_indexes(lowered) if self._combined else ()):
-            if at < line_end and pattern >= self._hit_count:
-                continue
-            start = block.rfind(b"\n", 0, at) + 1
-            (into if pattern < self._hit_count else risky).add(start)
-            line_end = block.find(b"\n", at)
-            if line_end < 0:
-                line_end = len(block)
-        for start in risky - into:
-            end = block.find(b"\n", start)
-            line = lowered[start:] if end < 0 else lowered[start:end]
-            if self._tokens is not None and self._tokens.find_matches_as_indexes(line):  # noqa: SIM102
-                into.add(start)
+
+def _lines_holding(automaton: Any, lines: _Lines, which: Sequence[int], lowered: bytes, *,
+                   folded: bool = False) -> list[int]:
+    """The lines among `which` whose lower-cased bytes (`folded`: their folded text) hold
+    one of the automaton's patterns: one pass over the lines joined.
+
+    Folding (for lines with non-ASCII bytes and no `\\u` escape) replaces each run of
+    non-ASCII characters by `normalise(run)` and keeps the lower-cased ASCII bytes.
+    `normalise` works character by character except for canonical composition, and a
+    composition that starts at an ASCII character only ever joins it to marks that
+    normalisation strips, or yields no word character (checked for every code point:
+    tests/unlearning/test_scan.py), so each run of word characters of `normalise(line)` is a
+    substring of the folded line.  The keys' tokens are such runs, and so is any run of a
+    field's normalised text (JSON's quotes, backslashes and escape letters are ASCII and
+    compose with nothing).
+    """
+    if not which or automaton is None:
+        return []
+    joined = b"\n".join(lowered[lines.start(k):lines.end(k)] for k in which)
+    if folded:
+        try:
+            joined.decode("utf-8")
+        except UnicodeDecodeError:
+            return list(which)  # parsed, so that a malformed line fails as the reference's read fails
+        joined = fold(joined)
+    hits = [at for _, at, _ in automaton.find_matches_as_indexes(joined)]
+    if not hits:
+        return []
+    newlines = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == 0x0A)
+    return [which[i] for i in np.unique(np.searchsorted(newlines, hits)).tolist()]
+
+
+_folds: dict[bytes, bytes] = {}
+
+
+def fold(lowered: bytes) -> bytes:
+    """UTF-8 text with each run of non-ASCII characters replaced by its normalised form
+    (`_lines_holding`); the ASCII bytes are left as they are (lower-case them first)."""
+    high = np.frombuffer(lowered, dtype=np.uint8) >= 0x80
+    edges = np.flatnonzero(high[1:] != high[:-1]) + 1
+    if not len(edges) and not (len(high) and high[0]):
+        return lowered
+    if len(_folds) > _FOLD_CACHE_MAX:
+        _folds.clear()
+    bounds = [0, *edges.tolist(), len(lowered)]
+    parts = []
+    run = bool(high[0])  # the pieces alternate: ASCII, non-ASCII run, ASCII ...
+    for at, end in zip(bounds, bounds[1:], strict=False):
+        piece = lowered[at:end]
+        if run:
+            folded = _folds.get(piece)
+            if folded is None:
+                folded = _folds[piece] = normalise(piece.decode("utf-8")).encode("utf-8")
+            piece = folded
+        parts.append(piece)
+        run = not run
+    return b"".join(parts)
 
 
 def _split_phrases(key: str) -> set[str]:
@@ -189,35 +279,48 @@ def _token_of(key: str, runs: list[str]) -> str:
     return max(runs, key=len)
 
 
-def _line_starts_of(block: bytes, finds: Iterable[int], into: set[int]) -> None:
-    """Starts of the lines of `finds` (sorted offsets): one look-up per line, not per find."""
-    line_end = -1
-    for at in finds:
-        if at < line_end:
-            continue
-        into.add(block.rfind(b"\n", 0, at) + 1)
-        line_end = block.find(b"\n", at)
-        if line_end < 0:
-            return
+class _Lines:
+    """Where the lines of one block start and end: its newlines found once (numpy), so
+    a line's bounds and an offset's line are look-ups, not scans."""
 
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+        self.bytes = np.frombuffer(block, dtype=np.uint8)
+        ends = np.flatnonzero(self.bytes == 0x0A)
+        if block and not block.endswith(b"\n"):
+            ends = np.append(ends, len(block))  # the file's last line, without its newline
+        self.ends = ends
+        self.starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
+        self.count = len(ends)
 
-def _complex_line_starts(block: bytes, into: set[int]) -> None:
-    """Starts of the lines that hold non-ASCII bytes or a `\\u` escape."""
-    if not block.isascii():
-        at = 0
-        while (found := _NON_ASCII.search(block, at)) is not None:
-            into.add(block.rfind(b"\n", 0, found.start()) + 1)
-            end = block.find(b"\n", found.start())
-            if end < 0:
-                break
-            at = end + 1
-    at = block.find(b"\\u")
-    while at >= 0:
-        into.add(block.rfind(b"\n", 0, at) + 1)
-        end = block.find(b"\n", at)
-        if end < 0:
-            break
-        at = block.find(b"\\u", end)
+    def start(self, line: int) -> int:
+        return int(self.starts[line])
+
+    def end(self, line: int) -> int:
+        return int(self.ends[line])
+
+    def raw(self, line: int) -> bytes:
+        return self.block[self.starts[line]:self.ends[line]]
+
+    def line_of(self, offsets: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The line (in the block) of each offset."""
+        return np.searchsorted(self.ends, np.asarray(offsets, dtype=np.int64))
+
+    def non_ascii(self) -> list[int]:
+        """Lines that hold a byte over 0x7f (the largest byte of each line, in one pass)."""
+        if self.block.isascii() or not self.count:
+            return []
+        return np.flatnonzero(np.maximum.reduceat(self.bytes, self.starts) >= 0x80).tolist()
+
+    def escapes(self) -> tuple[list[int], list[int]]:
+        """(lines with a `\\u` escape, lines with a risky byte (`_RISKY_ESCAPES`))."""
+        data = self.bytes
+        slashes = np.flatnonzero(data[:-1] == 0x5C) if b"\\" in self.block else np.zeros(0, dtype=np.int64)
+        after = data[slashes + 1]
+        escaped = self.line_of(slashes[after == 0x75]).tolist()  # "u"
+        risky = [*slashes[np.isin(after, _RISKY_ESCAPES)].tolist(),
+                 *(at for _, at, _ in _double_space().find_matches_as_indexes(self.block))]
+        return sorted(set(escaped)), sorted(set(self.line_of(risky).tolist())) if risky else []
 
 
 def _blank_lines(block: bytes, first: int) -> list[int]:
@@ -298,10 +401,8 @@ class _Blocks:
     def default_id(self, line: int, blanks: list[int]) -> str:
         return self.source.default_id(self.shard, self.ordinal(line, blanks))
 
-    def value(self, block: bytes, start: int, line: int) -> Any:
-        """The JSON value on the line that starts at `start` (None for a blank line)."""
-        end = block.find(b"\n", start)
-        raw = block[start:] if end < 0 else block[start:end]
+    def value(self, raw: bytes, line: int) -> Any:
+        """The JSON value of a line's bytes (None for a blank line)."""
         return parse_json(raw, self.shard, str(line + 1)) if raw.strip() else None
 
     def record(self, value: Any, line: int, blanks: list[int]) -> Record | None:
@@ -314,17 +415,8 @@ class _Blocks:
         except RecordMisfit:
             return None
 
-    def parse(self, block: bytes, start: int, line: int, blanks: list[int]) -> Record | None:
-        return self.record(self.value(block, start, line), line, blanks)
-
-
-def _line_indexes(block: bytes, first: int, starts: Iterable[int]) -> Iterator[tuple[int, int]]:
-    """(start, line index) for sorted line starts, counting newlines once."""
-    line, at = first, 0
-    for start in sorted(starts):
-        line += block.count(b"\n", at, start)
-        at = start
-        yield start, line
+    def parse(self, raw: bytes, line: int, blanks: list[int]) -> Record | None:
+        return self.record(self.value(raw, line), line, blanks)
 
 
 def _sampled_lines(count: int, first: int, shard: Shard, seed: int, threshold: int) -> list[tuple[int, int]]:
@@ -374,32 +466,23 @@ def scan_shard(source: CorpusSource, shard: Shard, matcher: MultiMatcher, *, see
     if shard.format == "jsonl" and not looks_like_array(shard):
         blocks = _Blocks(source, shard)
         for first, block, blanks in blocks.each():
-            starts: set[int] = set()
-            if matcher.empty:
-                pass  # a sample only
-            elif prefilter.scan_all:
-                starts = {0, *(i + 1 for i in _newlines(block))}
-            else:
-                prefilter.line_starts(block, starts)
-                _complex_line_starts(block, starts)
+            lines = _Lines(block)
+            candidates = [] if matcher.empty else prefilter.candidate_lines(block, lines)
             # Match the values' text first; build records only for the lines that hit.
-            values = [(start, line, blocks.value(block, start, line))
-                      for start, line in _line_indexes(block, first, starts)]
-            subjects = matcher.scan([searchable_text_of(v) for _, _, v in values]) if values else {}
+            values = [blocks.value(lines.raw(k), first + k) for k in candidates]
+            subjects = matcher.scan([searchable_text_of(v) for v in values]) if values else {}
             for i in sorted(subjects):
-                start, line, value = values[i]
-                record = blocks.record(value, line, blanks)
+                line = first + candidates[i]
+                record = blocks.record(values[i], line, blanks)
                 if record is not None and record.id not in exclude_ids:
                     result.hits.append((shard.position(line), record, tuple(sorted(subjects[i]))))
             sampled = _sampled_lines(blocks.lines, first, shard, seed, threshold) if threshold else []
-            if sampled:
-                lines = block.split(b"\n")
-                prefix = "" if source.single else f"{shard.name}:"
-                for line, key in sampled:
-                    raw = lines[line - first]
-                    if raw.strip():
-                        result.pool.append((key, shard.position(line), Pending(
-                            str(shard.path), str(line + 1), raw, prefix, blocks.ordinal(line, blanks))))
+            prefix = "" if source.single else f"{shard.name}:"
+            for line, key in sampled:
+                raw = lines.raw(line - first)
+                if raw.strip():
+                    result.pool.append((key, shard.position(line), Pending(
+                        str(shard.path), str(line + 1), raw, prefix, blocks.ordinal(line, blanks))))
             result.positions = first + blocks.lines
         return result
     if shard.format in ("parquet", "arrow"):
@@ -418,13 +501,6 @@ def scan_shard(source: CorpusSource, shard: Shard, matcher: MultiMatcher, *, see
         result.positions = index + 1
     result.hits = _match(matcher, found)
     return result
-
-
-def _newlines(block: bytes) -> Iterator[int]:
-    at = block.find(b"\n")
-    while 0 <= at < len(block) - 1:
-        yield at
-        at = block.find(b"\n", at + 1)
 
 
 def _record(source: CorpusSource, shard: Shard, where: str, value: Any, ordinal: int) -> Record | None:
@@ -547,14 +623,9 @@ def group_shard(source: CorpusSource, shard: Shard, groups: frozenset[GroupKey],
     if shard.format == "jsonl" and not looks_like_array(shard):
         blocks = _Blocks(source, shard)
         for first, block, blanks in blocks.each():
-            starts: set[int] = set()
-            if prefilter.scan_all:
-                starts = {0, *(i + 1 for i in _newlines(block))}
-            else:
-                _line_starts_of(block, prefilter.token_starts(block.lower()), starts)
-                _complex_line_starts(block, starts)
-            for start, line in _line_indexes(block, first, starts):
-                keep(shard.position(line), blocks.parse(block, start, line, blanks))
+            lines = _Lines(block)
+            for k in prefilter.candidate_lines(block, lines):
+                keep(shard.position(first + k), blocks.parse(lines.raw(k), first + k, blanks))
         return out
     if shard.format in ("parquet", "arrow"):
         base = 0
