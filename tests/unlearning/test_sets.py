@@ -228,3 +228,20 @@ def test_a_small_forget_set_still_gets_the_retain_minimum_and_name_sharers_come_
     assert len(sets.retain) == RETAIN_MINIMUM  # not ten: one person's erasure anchors many others
     assert sets.retain[0].id == "k0"  # shares the first name with the subject: most at risk
     assert sets.params["retain_minimum"] == RETAIN_MINIMUM
+
+
+def test_name_sharers_are_the_records_the_plain_pattern_finds_whatever_the_case_tricks() -> None:
+    import re
+
+    from unlearning.sets import _name_sharers
+
+    subjects = [Subject("İlkay Kofi"), Subject("Zoë Strauß", ("Kasimir Hoſs",)), Subject("Ann Lee")]
+    texts = ["Ilkay Smith wrote.", "ILKAY", "ilkaya", "Kofi Annan", "\u212aofi spoke", "zoe", "Zoë Weber",
+             "STRAUSS", "strauß", "Strauss", "kasimir", "Hoss and Hoſs", "HOSS", "ann", "Lee Ann", "Anne",
+             "Nobody here.", "ılkay", "Mr. KOFI.", "kofi-ann"]
+    pool = [Record(id=f"r{i}", text=text) for i, text in enumerate(texts)]
+    parts = {w for s in subjects for n in (s.name, *s.aliases) for w in re.findall(r"[^\W\d_]{3,}", n)}
+    plain = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(parts)) + r")(?!\w)", re.IGNORECASE)
+    expected = [r.id for r in pool if plain.search(r.text or "")]
+    assert [r.id for r in _name_sharers(subjects, pool)] == expected
+    assert {"r0", "r1", "r4", "r11", "r12", "r18"} <= set(expected)
