@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 SCAN_SHARD = "erasure.scan_shard"
 CLAIM_STALE_S = 60.0
 CLAIM_TOUCH_S = 10.0
-POLL_S = 0.05
+POLL_S = 0.01  # a look at a few files: cheap, and each phase waits half of it on average
 PHASES = ("match", "groups", "sample")
 
 Dispatch = Callable[[Path, str, Sequence[int]], None]

@@ -340,7 +340,7 @@ class Pending:
 
     path: str
     where: str
-    raw: bytes
+    raw: bytes | str  # str once it came back from a shard task's result (orjson reads both)
     id_prefix: str  # the default id, for a record without one, is id_prefix + rec-<ordinal>
     ordinal: int
 
@@ -352,29 +352,33 @@ class Pending:
         try:
             value = orjson.loads(self.raw)
         except orjson.JSONDecodeError:
-            value = parse_json(self.raw, Shard(Path(self.path), "", "jsonl", None, 0), self.where)
+            raw = self.raw.encode("utf-8", "surrogatepass") if isinstance(self.raw, str) else self.raw
+            value = parse_json(raw, Shard(Path(self.path), "", "jsonl", None, 0), self.where)
         try:
             return parse_record(self.path, self.where, value, self.default_id)
         except RecordMisfit:
             return None
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"path": self.path, "where": self.where, "id_prefix": self.id_prefix,
-                                "ordinal": self.ordinal}
+    def row(self) -> list[Any]:
+        """[where, ordinal, line, base64 bytes]: the line as text, or its bytes when they are
+        not UTF-8 (its parse will name the line); path and id prefix are the shard's."""
+        if isinstance(self.raw, str):
+            return [self.where, self.ordinal, self.raw, None]
         try:
-            data["line"] = self.raw.decode("utf-8")
-        except UnicodeDecodeError:  # its parse will name the line; keep the bytes as they are
+            return [self.where, self.ordinal, self.raw.decode("utf-8"), None]
+        except UnicodeDecodeError:
             import base64
 
-            data["raw"] = base64.b64encode(self.raw).decode("ascii")
-        return data
+            return [self.where, self.ordinal, None, base64.b64encode(self.raw).decode("ascii")]
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Pending:
-        import base64
+    def from_row(cls, path: str, id_prefix: str, row: list[Any]) -> Pending:
+        where, ordinal, line, encoded = row
+        if line is None:
+            import base64
 
-        raw = data["line"].encode("utf-8") if "line" in data else base64.b64decode(data["raw"])
-        return cls(str(data["path"]), str(data["where"]), raw, str(data["id_prefix"]), int(data["ordinal"]))
+            line = base64.b64decode(encoded)
+        return cls(path, where, line, id_prefix, ordinal)
 
 
 @dataclass
@@ -438,17 +442,28 @@ class ShardScan:
     positions: int = 0  # lines or rows seen (to size a threshold)
 
     def to_json(self) -> dict[str, Any]:
+        # Pending lines as compact rows under their shard's path and id prefix: the
+        # coordinator of a sharded scan reads thousands of them, serially.
+        pending: dict[tuple[str, str], list[list[Any]]] = {}
+        records = []
+        for k, p, r in self.pool:
+            if isinstance(r, Pending):
+                pending.setdefault((r.path, r.id_prefix), []).append([str(k), p, *r.row()])
+            else:
+                records.append([str(k), p, r.to_json()])
         return {"shard": self.shard, "positions": self.positions,
-                "hits": [[p, r.to_json(), list(s)] for p, r, s in self.hits],
-                "pool": [[str(k), p, r.to_json(), isinstance(r, Pending)] for k, p, r in self.pool]}
+                "hits": [[p, r.to_json(), list(s)] for p, r, s in self.hits], "pool": records,
+                "pending": [{"path": path, "id_prefix": prefix, "rows": rows}
+                            for (path, prefix), rows in pending.items()]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ShardScan:
-        return cls(int(data["shard"]),
-                   [(int(p), record_from_json(r), tuple(s)) for p, r, s in data["hits"]],
-                   [(int(k), int(p), Pending.from_json(r) if pending else record_from_json(r))
-                    for k, p, r, pending in data["pool"]],
-                   int(data["positions"]))
+        pool: list[Sampled] = [(int(k), int(p), record_from_json(r)) for k, p, r in data["pool"]]
+        for group in data["pending"]:
+            path, prefix = str(group["path"]), str(group["id_prefix"])
+            pool += [(int(row[0]), row[1], Pending.from_row(path, prefix, row[2:])) for row in group["rows"]]
+        return cls(int(data["shard"]), [(int(p), record_from_json(r), tuple(s)) for p, r, s in data["hits"]],
+                   pool, int(data["positions"]))
 
 
 def _match(matcher: MultiMatcher, found: list[tuple[int, Record]]) -> list[Hit]:
