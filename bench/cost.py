@@ -260,8 +260,9 @@ def corpus_scan(settings: BenchSettings, assets: Assets, *, work: Path, console:
     return {"runs": runs, "sharded": sharded, "two_process_speedup": speedup, "ten_gb": ten_gb,
             "goals": SCAN_GOALS, "load_average": load,
             "index": index_summary(index_builds, index_lookups, settings.scan_subjects),
-            "note": "ours = build_sets on the corpus path (streamed: byte-level Aho-Corasick prefilter, orjson, "
-                    "NFKC/casefold/accent folding of the candidate lines, word-boundary matching, groups, "
+            "note": "ours = build_sets on the corpus path (streamed: byte-level Aho-Corasick prefilter over the "
+                    "raw lines, non-ASCII lines folded run by run first, orjson and NFKC/casefold/accent "
+                    "folding of the candidate lines only, word-boundary matching, groups, "
                     "retain pool, probes), in a fresh process; peak memory = that process's ru_maxrss "
                     "(the people generator included); reference = load_corpus + the in-memory scan; "
                     "rg = `rg -j1 -F -i -c -f patterns` (one thread, as ours; plain case-insensitive substrings, no folding, no "

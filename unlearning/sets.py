@@ -88,6 +88,9 @@ class SetsError(ValueError):
     """Sets that cannot be built or loaded (no subjects, a tampered directory ...)."""
 
 
+_BLANKS = re.compile(r"_( _)+")
+
+
 def _question_shape(question: str) -> str:
     """A question with the people in it taken out: "where was _ born?" for everyone.
 
@@ -99,9 +102,6 @@ def _question_shape(question: str) -> str:
     shaped = [words[0].lower()] if words else []
     shaped += ["_" if word[:1].isupper() else word.lower() for word in words[1:]]
     return _BLANKS.sub("_", " ".join(shaped))
-
-
-_BLANKS = re.compile(r"_( _)+")
 
 
 def _probe_digest(probe: Probe) -> str:
