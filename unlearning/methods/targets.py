@@ -642,12 +642,78 @@ def batch_states(batch: Batch, targets: Sequence[RecordTarget]) -> tuple[torch.T
     return torch.tensor(rows, device=device), torch.tensor(cols, device=device), torch.cat(states).to(device)
 
 
-def latent_loss(hidden_states: Sequence[torch.Tensor], cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """Mean relative squared distance of the student's residual states to the stranger's, every layer."""
+def latent_loss(hidden_states: Sequence[torch.Tensor], cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                lens: Lens | None = None) -> torch.Tensor:
+    """How far the student's residual states at the subject's positions are from the stranger's.
+
+    Without a lens: the mean relative squared distance of the states, every layer.  With one:
+    the forward KL, at every intermediate layer the lens reads, from the next-token
+    distribution the lens reads off the stranger's state to the one it reads off the
+    student's (`Lens`).
+    """
     rows, cols, teacher = cached
-    student = torch.stack([h[rows, cols].float() for h in hidden_states[1:]], dim=1)
-    error = (student - teacher).square().sum(-1) / teacher.square().sum(-1).clamp_min(1e-6)
-    return error.mean()
+    if lens is None:
+        student = torch.stack([h[rows, cols].float() for h in hidden_states[1:]], dim=1)
+        error = (student - teacher).square().sum(-1) / teacher.square().sum(-1).clamp_min(1e-6)
+        return error.mean()
+    losses = []
+    for layer, translator in lens.layers.items():
+        with torch.no_grad():
+            target = F.log_softmax(lens.read(teacher[:, layer - 1].float(), translator), dim=-1)
+        student = F.log_softmax(lens.read(hidden_states[layer][rows, cols].float(), translator), dim=-1)
+        losses.append((target.exp() * (target - student)).sum(-1).mean())
+    return torch.stack(losses).mean() if losses else teacher.new_zeros(())
+
+
+@dataclass
+class Lens:
+    """A tuned lens of the model before the erasure (Belrose et al. 2023): per intermediate layer,
+    an affine map, fitted by ridge regression on everyone else's text, from the layer's residual
+    state to what the output head reads; the head then gives a next-token distribution.
+
+    The latent loss compares what the lens reads off the student's state with what it reads
+    off the stranger's, not the states themselves: a state also carries which name was read
+    (a stranger's differs from the subject's in a model that never saw either), and matching
+    it whole pulls towards one particular stranger instead of removing what the state says
+    about the subject's values.  At most `MAX_LENS_LAYERS` layers, evenly spread, are read.
+    """
+
+    layers: dict[int, torch.Tensor]  # hidden_states index -> (hidden + 1, hidden) translator
+    head: nn.Module  # a frozen copy of the model's output head
+
+    def read(self, states: torch.Tensor, translator: torch.Tensor) -> torch.Tensor:
+        weight = next(self.head.parameters())
+        translated = torch.cat([states, states.new_ones(len(states), 1)], dim=1) @ translator.to(states.device)
+        logits: torch.Tensor = self.head(translated.to(dtype=weight.dtype))
+        return logits.float()
+
+
+MAX_LENS_LAYERS = 4
+LENS_RECORDS = 256  # the lens is fitted on at most this many retained records (one forward each)
+
+
+def fit_lens(model: nn.Module, tokenizer: Any, examples: Sequence[Example], *, max_positions: int = 3000) -> Lens | None:
+    """The tuned lens of `model` on `examples` (everyone else's records); None without an
+    intermediate layer or a learnt position."""
+    from unlearning.verification.generation import states_and_head_inputs
+    from unlearning.verification.latent import fit_translators
+
+    states, head_inputs = states_and_head_inputs(model, tokenizer, list(examples)[:LENS_RECORDS],
+                                                 max_positions=max_positions)
+    if states.size == 0 or states.shape[0] < 3:
+        return None
+    intermediate = list(range(1, states.shape[0] - 1))  # neither the embeddings nor the head's input
+    step = max(1, math.ceil(len(intermediate) / MAX_LENS_LAYERS))
+    chosen = intermediate[::step][:MAX_LENS_LAYERS]
+    translators = fit_translators(states[chosen], head_inputs)
+    # A frozen copy of the head: the lens is a fixed reading of the states, the same for the
+    # stranger's and the student's, whatever the training does to the model's own head.
+    import copy
+
+    head: nn.Module = copy.deepcopy(model.get_output_embeddings()).eval()  # type: ignore[operator]
+    for p in head.parameters():
+        p.requires_grad_(False)
+    return Lens({layer: torch.from_numpy(t) for layer, t in zip(chosen, translators, strict=True)}, head)
 
 
 def stranger_answers(
