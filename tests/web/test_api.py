@@ -206,7 +206,9 @@ def test_a_verification_read_rechecks_at_most_its_limit_and_the_full_walk_everyt
         make_user, certified, monkeypatch):
     from deletion.web import certificate_status
 
-    monkeypatch.setattr(certificate_status, "PAGE_TAIL_LIMIT", 0)  # the chain has one certificate
+    # With a limit of 0 a read re-checks nothing after its starting point (genesis, or a verified
+    # head that another test's worker signed: the database is shared, so the chain may be longer).
+    monkeypatch.setattr(certificate_status, "PAGE_TAIL_LIMIT", 0)
     client = _token_client(make_user, "auditor")
     url = f"/api/v1/certificates/{certified['certificate_id']}/verification"
 
@@ -214,6 +216,6 @@ def test_a_verification_read_rechecks_at_most_its_limit_and_the_full_walk_everyt
     full = client.get(url, {"full": "1"}).json()
 
     assert read["chain_valid"] is True and read["chain_checked"] == 0
-    assert read["chain_unchecked"] == read["chain_head_seq"] >= 1
+    assert read["chain_unchecked"] == read["chain_head_seq"] - read["chain_verified_from"] >= 1
     assert "left to the worker's check" in read["chain_summary"]
     assert full["chain_checked"] == full["chain_head_seq"] and full["chain_unchecked"] == 0

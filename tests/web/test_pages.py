@@ -153,7 +153,7 @@ def test_the_certificate_list_rechecks_at_most_its_limit_and_says_what_it_left(c
                                                                               monkeypatch):
     from deletion.web import certificate_status
 
-    monkeypatch.setattr(certificate_status, "PAGE_TAIL_LIMIT", 0)  # the chain has one certificate
+    monkeypatch.setattr(certificate_status, "PAGE_TAIL_LIMIT", 0)  # re-check nothing after the start
     client = client_as("auditor")
 
     page = client.get("/certificates/").content.decode()
