@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,15 +25,22 @@ from deletion.web.roles import OFFICER
 def domain_statements() -> Iterator[list[str]]:
     """Every statement the domain's connections send, counted at the driver: the filing
     talks to psycopg directly on PostgreSQL, which SQLAlchemy's events do not see."""
-    seen: list[str] = []
     engine = domain_engine()
     assert engine.dialect.name == "postgresql"
-    original = psycopg.Cursor.execute
     django_driver = connection.connection
+    # ";" is the pool's liveness ping on check-out, not a statement of the filing.
+    with _driver_statements(lambda cursor, query: cursor.connection is not django_driver and query != ";") as seen:
+        yield seen
+
+
+@contextmanager
+def _driver_statements(keep: Callable[[Any, str], bool]) -> Iterator[list[str]]:
+    """The statements psycopg executes for which `keep(cursor, query)` holds."""
+    seen: list[str] = []
+    original = psycopg.Cursor.execute
 
     def execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        # ";" is the pool's liveness ping on check-out, not a statement of the filing.
-        if cursor.connection is not django_driver and str(query) != ";":
+        if keep(cursor, str(query)):
             seen.append(str(query))
         return original(cursor, query, *args, **kwargs)
 
@@ -88,19 +95,8 @@ def test_the_token_its_user_and_roles_are_one_query(client: Any, make_user: Any,
 def django_statements() -> Iterator[list[str]]:
     """Every statement sent on Django's connection, its health check's SELECT 1 included
     (which Django sends to the driver directly, past CaptureQueriesContext)."""
-    seen: list[str] = []
-    original = psycopg.Cursor.execute
-
-    def execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if cursor.connection is connection.connection:
-            seen.append(str(query))
-        return original(cursor, query, *args, **kwargs)
-
-    psycopg.Cursor.execute = execute  # type: ignore[method-assign]
-    try:
+    with _driver_statements(lambda cursor, query: cursor.connection is connection.connection) as seen:
         yield seen
-    finally:
-        psycopg.Cursor.execute = original  # type: ignore[method-assign]
 
 
 def _next_request_query() -> None:
