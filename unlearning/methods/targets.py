@@ -50,6 +50,7 @@ is computed over the same k+1 buckets of the student.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 import re
@@ -708,8 +709,6 @@ def fit_lens(model: nn.Module, tokenizer: Any, examples: Sequence[Example], *, m
     translators = fit_translators(states[chosen], head_inputs)
     # A frozen copy of the head: the lens is a fixed reading of the states, the same for the
     # stranger's and the student's, whatever the training does to the model's own head.
-    import copy
-
     head: nn.Module = copy.deepcopy(model.get_output_embeddings()).eval()  # type: ignore[operator]
     for p in head.parameters():
         p.requires_grad_(False)
