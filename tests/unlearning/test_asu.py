@@ -13,15 +13,19 @@ import torch.nn.functional as F
 
 from unlearning.corpus import load_corpus
 from unlearning.erase import method_input, resolve_hparams
+from unlearning.identifiers import FreshNames, avoid_set
 from unlearning.methods.asu import ASU, ASUHparams, preset_values
 from unlearning.methods.base import MethodInput, collate, encode_all
 from unlearning.methods.targets import (
     TeacherSettings,
     compress,
+    _who,
     forget_targets,
     kl_to_target,
     most_typical,
+    plan_targets,
     position_logprobs,
+    targets_from_plans,
 )
 from unlearning.modeling import generate_answers, load_model
 from unlearning.prompting import pad_id_of
@@ -234,3 +238,34 @@ def test_the_retain_nll_term_repairs_what_a_damaged_parent_lost(tiny_corpus_dir,
     assert with_term < 0.8 * without, retained_nll
     with pytest.raises(ValueError, match="retain_nll_weight"):
         resolve_hparams("asu", {"retain_nll_weight": -1.0}, torch.nn.Linear(2, 2), subjects=1)
+
+
+def test_a_plan_runs_the_tempered_teacher_only_where_no_copy_covers_a_learnt_token(
+    tiny_corpus_dir, tiny_base_model_dir,
+):
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 2)])
+    data = method_input(sets)
+    records = list(data.forget)
+    # A record of the subject's document that never names them: only the tempered teacher applies.
+    pronoun = replace(records[0], id="pronoun-only", text="She said the weather there was mild all year.",
+                      question=None, answer=None, paraphrased_question=None, paraphrased_answer=None,
+                      perturbed_answer=())
+    records.append(pronoun)
+    subjects = [data.subject_of(r) for r in records[:-1]] + [data.subject_of(records[0])]
+    examples = encode_all(tokenizer, records)
+    settings = TeacherSettings()
+    names = FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects))
+    chosen = {_who(r, s): [f"teacher:0:{_who(r, s)}:0"] for r, s in zip(records, subjects, strict=True)}
+    plans = plan_targets(tokenizer, records, examples, subjects, settings, chosen=chosen, names=names)
+    targets = targets_from_plans(model, tokenizer, examples, plans, settings)
+    for plan, target in zip(plans, targets, strict=True):
+        assert plan.tempered == ("tempered" in target.source)
+    assert plans[-1].tempered and not plans[-1].copies
+    assert sum(p.tempered for p in plans) < len(plans)  # the records that name the subject need no tempered pass
+    # A step's rows alone get the targets the whole run's pass gave them (what an online teacher relies on).
+    rows = [len(records) - 1, 0]
+    alone = targets_from_plans(model, tokenizer, [examples[i] for i in rows], [plans[i] for i in rows], settings)
+    for row, target in zip(rows, alone, strict=True):
+        assert target.positions == targets[row].positions and target.source == targets[row].source
+        assert torch.allclose(target.dist.values, targets[row].dist.values, atol=1e-5)

@@ -48,6 +48,7 @@ from unlearning.methods.base import (
     answer_nll,
     encode_all,
     make_batches,
+    max_positions,
     parameter_count,
     sequence_mean,
     token_nll,
@@ -58,12 +59,13 @@ from unlearning.methods.targets import (
     batch_states,
     batch_target,
     fit_lens,
-    forget_targets,
     kl_to_target,
     latent_loss,
     original_targets,
+    plan_targets,
     position_masks,
     stranger_answers,
+    targets_from_plans,
     typical_identities,
 )
 from unlearning.methods.training import TrainingHparams, run_training
@@ -195,10 +197,15 @@ class ASU:
         forget_examples = encode_all(tokenizer, records, model=model)
         retain_examples = encode_all(tokenizer, data.retain, model=model)
 
+        # The copies and their alignments do not depend on the weights: planned once, so an
+        # online teacher only runs the frozen model at each step.
+        plans = plan_targets(tokenizer, records, forget_examples, subjects, teacher, chosen=identities,
+                             names=FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects)),
+                             limit=max_positions(model))
+
         def make_forget_targets(source: nn.Module, rows: Sequence[int]) -> list[RecordTarget]:
-            return forget_targets(source, tokenizer, [records[i] for i in rows],
-                                  [forget_examples[i] for i in rows], [subjects[i] for i in rows], teacher,
-                                  name_pool=data.name_pool, avoid=data.subjects, identities=identities)
+            return targets_from_plans(source, tokenizer, [forget_examples[i] for i in rows],
+                                      [plans[i] for i in rows], teacher)
 
         # What the model says now never changes during the run, so it is computed once,
         # before the first step, from the model itself.

@@ -379,6 +379,60 @@ class TeacherSettings:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class TargetPlan:
+    """What the target of one forget example needs that does not depend on the weights: its
+    counterfactual copies and their alignments, the positions a copy covers, and whether any
+    learnt position is left to the tempered teacher.  Planned once; an online teacher then
+    runs only the frozen model at each step (`targets_from_plans`)."""
+
+    copies: tuple[Example, ...]
+    alignments: tuple[Alignment, ...]
+    first_span: int  # the first original token inside a span (len(ids) when none)
+    covered: frozenset[int]  # prediction positions t some copy gives a distribution for
+    tempered: bool  # a learnt position no copy covers: the tempered teacher is needed
+
+
+def plan_targets(
+    tokenizer: Any,
+    records: Sequence[Record],
+    examples: Sequence[Example],
+    subjects_of: Sequence[Any | None],
+    settings: TeacherSettings,
+    *,
+    chosen: Mapping[str, Sequence[str]],
+    names: FreshNames,
+    limit: int | None = None,
+) -> list[TargetPlan]:
+    """The plan of every forget example (`TargetPlan`); `chosen` (subject -> identity seeds) names
+    the strangers, `limit` is the model's number of positions (a longer copy is cut to it)."""
+    plans = []
+    for record, example, subject in zip(records, examples, subjects_of, strict=True):
+        n_positions = len(example) - 1
+        copies: list[Example] = []
+        alignments: list[Alignment] = []
+        if settings.use_counterfactual and settings.counterfactuals > 0:
+            spans = identity_spans(record, subject)
+            for identity in (chosen.get(_who(record, subject), ()) if spans else ()):
+                cf = counterfactual(record, spans, names=names, seed=identity)
+                copied = encode_record(tokenizer, cf.record).truncated(len(example) + 64)
+                alignment = align(example, copied, cf.mapping)
+                if alignment is not None:
+                    copies.append(copied)
+                    alignments.append(alignment)
+        first_span = min([len(example.ids), *(a.first_span_token for a in alignments)])
+        # The model predicts from a copy's positions below its limit only (`position_outputs`).
+        covered = frozenset(
+            i - 1 for copied, alignment in zip(copies, alignments, strict=True)
+            for i, (j, _) in alignment.tokens.items()
+            if 1 <= i <= n_positions and 1 <= j < min(len(copied), limit or len(copied))
+        )
+        tempered = any(example.learnt[t + 1] and not (t in covered and t + 1 >= first_span)
+                       for t in range(n_positions))
+        plans.append(TargetPlan(tuple(copies), tuple(alignments), first_span, covered, tempered))
+    return plans
+
+
 def forget_targets(
     model: nn.Module,
     tokenizer: Any,
@@ -396,55 +450,59 @@ def forget_targets(
     `identities` (subject -> identity seeds) are the strangers to use; by default the most
     typical ones are chosen here (`typical_identities`)."""
     names = FreshNames(pool=list(name_pool), avoid=avoid_set(avoid))
-    tau = settings.tau if tempering_supported(model) else 1.0
-    if tau != settings.tau:
-        logger.warning("%s has no attention module with a float scaling: no tempered teacher, the "
-                       "original prediction stands where no counterfactual applies", type(model).__name__)
-    tempered = position_logprobs(model, tokenizer, examples, tau=tau)
     if identities is not None:
         chosen = identities
     elif settings.use_counterfactual and settings.counterfactuals > 0:
         chosen = typical_identities(model, tokenizer, records, subjects_of, settings, names)
     else:
         chosen = {}
+    plans = plan_targets(tokenizer, records, examples, subjects_of, settings, chosen=chosen, names=names,
+                         limit=max_positions(model))
+    return targets_from_plans(model, tokenizer, examples, plans, settings)
+
+
+def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Example],
+                       plans: Sequence[TargetPlan], settings: TeacherSettings) -> list[RecordTarget]:
+    """The targets of planned examples: the model runs on every copy, and tempered only on the
+    examples whose plan needs it."""
+    tau = settings.tau if tempering_supported(model) else 1.0
+    if tau != settings.tau:
+        logger.warning("%s has no attention module with a float scaling: no tempered teacher, the "
+                       "original prediction stands where no counterfactual applies", type(model).__name__)
+    needs = [k for k, plan in enumerate(plans) if plan.tempered]
+    tempered = dict(zip(needs, position_logprobs(model, tokenizer, [examples[k] for k in needs], tau=tau),
+                        strict=True))
+    all_copies = [copied for plan in plans for copied in plan.copies]
+    all_lps, all_states = position_outputs(model, tokenizer, all_copies, states=settings.states)
     out: list[RecordTarget] = []
-    for index, (record, example, subject) in enumerate(zip(records, examples, subjects_of, strict=True)):
+    offset = 0
+    for index, (example, plan) in enumerate(zip(examples, plans, strict=True)):
         n_positions = len(example) - 1
+        copy_lps = all_lps[offset: offset + len(plan.copies)]
+        copy_states = all_states[offset: offset + len(plan.copies)]
+        offset += len(plan.copies)
         mixture: list[list[torch.Tensor]] = [[] for _ in range(n_positions)]
         state_rows: dict[int, torch.Tensor] = {}
-        first_span = len(example.ids)
-        if settings.use_counterfactual and settings.counterfactuals > 0:
-            spans = identity_spans(record, subject)
-            copies, alignments = [], []
-            who = _who(record, subject)
-            for identity in (chosen.get(who, ()) if spans else ()):
-                cf = counterfactual(record, spans, names=names, seed=identity)
-                copy = encode_record(tokenizer, cf.record).truncated(len(example) + 64)
-                alignment = align(example, copy, cf.mapping)
-                if alignment is not None:
-                    copies.append(copy)
-                    alignments.append(alignment)
-            copy_lps, copy_states = position_outputs(model, tokenizer, copies, states=settings.states)
-            for number, (copy_lp, copy, alignment) in enumerate(zip(copy_lps, copies, alignments, strict=True)):
-                first_span = min(first_span, alignment.first_span_token)
-                if settings.states and number == 0:
-                    # The state of token t (what predicts t + 1), where token t itself is no span.
-                    for t, (j, is_span) in alignment.tokens.items():
-                        if not is_span and 0 <= t < n_positions and j < copy_states[0].shape[1]:
-                            state_rows[t] = copy_states[0][:, j]
-                for i, (j, is_span) in alignment.tokens.items():
-                    t = i - 1  # the position that predicts token i
-                    if t < 0 or j < 1 or t >= n_positions or j - 1 >= copy_lp.shape[0]:
-                        continue
-                    row = copy_lp[j - 1].clone()
-                    if is_span:
-                        row = _carry_pieces(row, int(example.ids[i]), copy, copy_lp,
-                                            alignment.pieces.get(i, ((j,), 1.0)))
-                    mixture[t].append(row)
+        for number, (copy_lp, copied, alignment) in enumerate(zip(copy_lps, plan.copies, plan.alignments,
+                                                                strict=True)):
+            if settings.states and number == 0:
+                # The state of token t (what predicts t + 1), where token t itself is no span.
+                for t, (j, is_span) in alignment.tokens.items():
+                    if not is_span and 0 <= t < n_positions and j < copy_states[0].shape[1]:
+                        state_rows[t] = copy_states[0][:, j]
+            for i, (j, is_span) in alignment.tokens.items():
+                t = i - 1  # the position that predicts token i
+                if t < 0 or j < 1 or t >= n_positions or j - 1 >= copy_lp.shape[0]:
+                    continue
+                row = copy_lp[j - 1].clone()
+                if is_span:
+                    row = _carry_pieces(row, int(example.ids[i]), copied, copy_lp,
+                                        alignment.pieces.get(i, ((j,), 1.0)))
+                mixture[t].append(row)
         positions, rows, sources = [], [], []
         for t in range(n_positions):
             learnt = example.learnt[t + 1]
-            if mixture[t] and t + 1 >= first_span:
+            if mixture[t] and t + 1 >= plan.first_span:
                 stacked = torch.stack(mixture[t])
                 rows.append(torch.logsumexp(stacked, dim=0) - math.log(len(mixture[t])))
                 sources.append("counterfactual")
@@ -454,13 +512,19 @@ def forget_targets(
             else:
                 continue
             positions.append(t)
-        values = torch.stack(rows) if rows else torch.zeros(0, tempered[index].shape[-1])
+        values = torch.stack(rows) if rows else torch.zeros(0, _vocabulary(model))
         actual = torch.tensor([int(example.ids[t + 1]) for t in positions], dtype=torch.long)
-        kept = [t for t in positions if t in state_rows and t + 1 > first_span]
+        kept = [t for t in positions if t in state_rows and t + 1 > plan.first_span]
         states = torch.stack([state_rows[t] for t in kept]) if kept else None
         out.append(RecordTarget(positions, compress(values, settings.topk, actual[:, None]), sources,
                                 states, kept))
     return out
+
+
+def _vocabulary(model: nn.Module) -> int:
+    found: Any = model  # a transformers model: its output head, else its configuration
+    head = found.get_output_embeddings()
+    return int(head.weight.shape[0]) if head is not None else int(found.config.vocab_size)
 
 
 def _carry_pieces(row: torch.Tensor, mine: int, copy: Example, copy_lp: torch.Tensor,
