@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 import torch
@@ -203,14 +203,14 @@ class ASU:
                              names=FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects)),
                              limit=max_positions(model))
 
-        def make_forget_targets(source: nn.Module, rows: Sequence[int]) -> list[RecordTarget]:
+        def make_forget_targets(source: nn.Module, rows: Sequence[int], settings: TeacherSettings) -> list[RecordTarget]:
             return targets_from_plans(source, tokenizer, [forget_examples[i] for i in rows],
-                                      [plans[i] for i in rows], teacher)
+                                      [plans[i] for i in rows], settings)
 
         # What the model says now never changes during the run, so it is computed once,
         # before the first step, from the model itself.
         all_rows = list(range(len(forget_examples)))
-        targets = make_forget_targets(model, all_rows)
+        targets = make_forget_targets(model, all_rows, teacher)
         retain_targets = (original_targets(model, tokenizer, retain_examples, topk=topk,
                                            states=hp.retain_latent_weight > 0)
                           if hp.retain_loss == "kl" else None)
@@ -219,6 +219,7 @@ class ASU:
         retain_batches = make_batches(tokenizer, retain_examples, batch_size=hp.retain_batch_size, shuffle=True,
                                       seed=hp.seed + 1, device=device)
         frozen = _frozen_copy(model) if hp.cache_teacher == "none" else None
+        online = replace(teacher, states=False)  # the states are the cached ones
         cached_forget = [batch_target(b, targets) for b in forget_batches]
         cached_retain = [batch_target(b, retain_targets) for b in retain_batches] if retain_targets else []
         cached_states = [batch_states(b, targets) for b in forget_batches]
@@ -234,7 +235,7 @@ class ASU:
             if frozen is None:
                 target = cached_forget[forget_index[id(forget_batch)]]
             else:
-                target = batch_target(_reindexed(forget_batch), make_forget_targets(frozen, forget_batch.rows))
+                target = batch_target(_reindexed(forget_batch), make_forget_targets(frozen, forget_batch.rows, online))
             states = cached_states[forget_index[id(forget_batch)]] if hp.latent_weight > 0 else None
             out = trained(input_ids=forget_batch.input_ids, attention_mask=forget_batch.attention_mask,
                           output_hidden_states=states is not None)
