@@ -196,12 +196,18 @@ def launch(fn: Callable[..., Any], processes: int, *args: Any, shard: str = "non
     try:
         with world(0, processes, port=port, shard=shard):
             result = fn(*args, **kwargs)
-    except BaseException:
+    except BaseException as error:
         for child in children:
             if child.is_alive():
                 child.terminate()
         for child in children:
             child.join(timeout=30)
+        # A rank that failed first leaves rank 0 with only a broken connection (gloo: "Connection
+        # closed by peer"), in a collective or still setting the group up: its own report is the
+        # cause.  Ranks terminated here report nothing.
+        if isinstance(error, Exception) and not errors.empty():
+            rank, detail = errors.get()
+            raise RuntimeError(f"distributed erasure: rank {rank} failed:\n{detail}") from error
         raise
     for child in children:
         child.join()
