@@ -157,12 +157,21 @@ def world_from_env() -> tuple[int, int] | None:
 
 def _child(rank: int, size: int, port: int, shard: str, fn: Callable[..., Any], args: tuple[Any, ...],
            kwargs: dict[str, Any], errors: Any) -> None:
+    reported = False
     try:
         logging.basicConfig(level=logging.WARNING)
         with world(rank, size, port=port, shard=shard):
-            fn(*args, **kwargs)
+            try:
+                fn(*args, **kwargs)
+            except BaseException:
+                # Reported before the group is torn down: a rank waiting on this one sees the
+                # closed connection only after the report is in the queue.
+                errors.put((rank, traceback.format_exc()))
+                reported = True
+                raise
     except BaseException:  # noqa: BLE001 - reported to rank 0, which raises it
-        errors.put((rank, traceback.format_exc()))
+        if not reported:
+            errors.put((rank, traceback.format_exc()))
         raise SystemExit(1) from None
     # The work is done and the process group left.  Skip the interpreter's teardown:
     # gloo's and FSDP's background threads can crash while it unloads modules, which
@@ -193,21 +202,30 @@ def launch(fn: Callable[..., Any], processes: int, *args: Any, shard: str = "non
                 for rank in range(1, processes)]
     for child in children:
         child.start()
+    # A rank that fails first leaves rank 0 with only a broken connection (gloo: "Connection
+    # closed by peer"), in a collective or still setting the group up: that rank's report,
+    # queued before its connections closed, is the cause.  Rank 0's own failure is checked
+    # for such a report while the group still stands, before tearing it down makes the
+    # other ranks fail in turn.
+    own: BaseException | None = None
     try:
         with world(0, processes, port=port, shard=shard):
-            result = fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as error:
+                own = error
+                if isinstance(error, Exception) and not errors.empty():
+                    own = _rank_failed(*errors.get())
+                    raise own from error
+                raise
     except BaseException as error:
         for child in children:
             if child.is_alive():
                 child.terminate()
         for child in children:
             child.join(timeout=30)
-        # A rank that failed first leaves rank 0 with only a broken connection (gloo: "Connection
-        # closed by peer"), in a collective or still setting the group up: its own report is the
-        # cause.  Ranks terminated here report nothing.
-        if isinstance(error, Exception) and not errors.empty():
-            rank, detail = errors.get()
-            raise RuntimeError(f"distributed erasure: rank {rank} failed:\n{detail}") from error
+        if own is None and isinstance(error, Exception) and not errors.empty():
+            raise _rank_failed(*errors.get()) from error  # rank 0 failed setting the group up
         raise
     for child in children:
         child.join()
@@ -221,8 +239,12 @@ def launch(fn: Callable[..., Any], processes: int, *args: Any, shard: str = "non
             code = child.exitcode
             detail = (f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}") \
                 + " without a Python traceback (out of memory, or a crash in native code)"
-        raise RuntimeError(f"distributed erasure: rank {rank} failed:\n{detail}")
+        raise _rank_failed(rank, detail)
     return result
+
+
+def _rank_failed(rank: int, detail: str) -> RuntimeError:
+    return RuntimeError(f"distributed erasure: rank {rank} failed:\n{detail}")
 
 
 # ------------------------------------------------------------------ the split forward
