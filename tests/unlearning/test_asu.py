@@ -18,8 +18,8 @@ from unlearning.methods.asu import ASU, ASUHparams, preset_values
 from unlearning.methods.base import MethodInput, collate, encode_all
 from unlearning.methods.targets import (
     TeacherSettings,
-    compress,
     _who,
+    compress,
     forget_targets,
     kl_to_target,
     most_typical,
@@ -39,6 +39,11 @@ def _people(corpus_dir) -> list[dict]:
 def _subject(corpus_dir, index: int) -> Subject:
     person = _people(corpus_dir)[index]
     return Subject(person["name"], tuple(person["aliases"]))
+
+
+def _forget_data(corpus_dir, index: int) -> MethodInput:
+    """The method input of erasing the demo person at `index`."""
+    return method_input(build_sets(load_corpus(corpus_dir / "corpus.jsonl"), [_subject(corpus_dir, index)]))
 
 
 def _records(corpus_dir, person: str):
@@ -127,8 +132,7 @@ def test_counterfactual_targets_lower_the_subjects_memorised_values_and_cover_ev
     tiny_corpus_dir, tiny_base_model_dir,
 ):
     model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
-    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 2)])
-    data = method_input(sets)
+    data = _forget_data(tiny_corpus_dir, 2)
     records = list(data.forget)
     examples = encode_all(tokenizer, records)
     targets = forget_targets(model, tokenizer, records, examples, [data.subject_of(r) for r in records],
@@ -244,8 +248,7 @@ def test_a_plan_runs_the_tempered_teacher_only_where_no_copy_covers_a_learnt_tok
     tiny_corpus_dir, tiny_base_model_dir,
 ):
     model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
-    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 2)])
-    data = method_input(sets)
+    data = _forget_data(tiny_corpus_dir, 2)
     records = list(data.forget)
     # A record of the subject's document that never names them: only the tempered teacher applies.
     pronoun = replace(records[0], id="pronoun-only", text="She said the weather there was mild all year.",

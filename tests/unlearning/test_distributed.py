@@ -138,29 +138,23 @@ def test_a_failing_rank_makes_the_launch_raise() -> None:
     assert distributed.current() is None and not dist.is_initialized()
 
 
-def _fails_on_rank_one() -> None:
+def _fails_on_rank_one(*, zero_waits: bool = False) -> None:
     world = distributed.current()
     assert world is not None
     if world.rank == 1:
         raise ValueError("rank one refuses")
+    if zero_waits:
+        dist.barrier()
 
 
 def test_a_rank_that_fails_while_rank_zero_waits_on_it_is_named_as_the_cause() -> None:
     # Rank 0 waits in a collective that rank 1 never joins: what it sees is a broken
     # connection, what the launch reports is rank 1's own error.
     with pytest.raises(RuntimeError, match="rank 1 failed") as raised:
-        distributed.launch(_fails_on_rank_one_while_zero_waits, 2)
+        distributed.launch(_fails_on_rank_one, 2, zero_waits=True)
     assert "rank one refuses" in str(raised.value)
     assert raised.value.__cause__ is not None
     assert distributed.current() is None and not dist.is_initialized()
-
-
-def _fails_on_rank_one_while_zero_waits() -> None:
-    world = distributed.current()
-    assert world is not None
-    if world.rank == 1:
-        raise ValueError("rank one refuses")
-    dist.barrier()
 
 
 def test_processes_setting() -> None:
