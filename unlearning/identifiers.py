@@ -165,14 +165,27 @@ class FreshNames:
     def _parts(self) -> _PoolParts:
         return _PoolParts.of(self.pool)
 
+    @cached_property
+    def _seen_by_role(self) -> dict[str | None, list[str]]:  # role (or "unseen:role") -> words
+        return {}
+
+    def identity(self, seed: str) -> FreshNames:
+        """The same source for another identity, sharing the parsed pool: one request draws
+        thousands of identities from one pool, and parsing it each time cost more than the
+        identities themselves."""
+        other = replace(self, seed=seed)
+        # Both depend on the pool and `avoid` only, which the identity shares.
+        other.__dict__["_parts"] = self._parts
+        other.__dict__["_seen_by_role"] = self._seen_by_role
+        return other
+
     def part(self, like: str, key: str | None = None, role: str | None = None) -> str:
         """A fresh word like `like`; `role` ("first" or "last") picks name parts seen in that role."""
         rng = random.Random(f"{self.seed}:{(key or like).casefold()}")
         parts = self._parts
         usable = self._seen_like(role) if like.casefold() in parts.seen else []
         if len(usable) < 8:
-            usable = [w for w in _unseen_names(role) if w.casefold() not in parts.seen
-                      and w.casefold() not in self.avoid]
+            usable = self._unseen_like(role)
         for _ in range(64):
             if len(usable) >= 8:
                 candidate = rng.choice(usable)
@@ -182,6 +195,11 @@ class FreshNames:
             if candidate.casefold() not in self.avoid and candidate.casefold() != like.casefold():
                 return candidate
         return _same_case(like, "".join(rng.choice(string.ascii_lowercase) for _ in range(7)))
+
+    @property
+    def known_full_names(self) -> frozenset[str]:
+        """The full names the records show (``pair:`` entries), casefolded: no stranger gets one."""
+        return self._parts.pairs
 
     @property
     def years(self) -> tuple[int, ...]:
@@ -203,6 +221,22 @@ class FreshNames:
 
     def _seen_like(self, role: str | None) -> list[str]:
         """Name parts the records show, in `role` where there are enough of them."""
+        cache = self._seen_by_role
+        if role not in cache:
+            cache[role] = self._find_seen_like(role)
+        return cache[role]
+
+    def _unseen_like(self, role: str | None) -> list[str]:
+        """Ordinary names the records never show, in `role`."""
+        key = f"unseen:{role}"
+        cache = self._seen_by_role
+        if key not in cache:
+            parts = self._parts
+            cache[key] = [w for w in _unseen_names(role) if w.casefold() not in parts.seen
+                          and w.casefold() not in self.avoid]
+        return cache[key]
+
+    def _find_seen_like(self, role: str | None) -> list[str]:
         parts = self._parts
         in_role = [w for r, w in parts.strict if role is not None and r == role]
         usable = [w for w in (in_role if len(in_role) >= 8 else [w for _, w in parts.strict])
@@ -226,6 +260,7 @@ class _PoolParts:
     seen: frozenset[str]  # every word the records show in a name, casefolded
     years: tuple[int, ...] = ()  # the years the records show
     values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # kind -> values the records show
+    pairs: frozenset[str] = frozenset()  # full names the records show, casefolded
 
     @classmethod
     def of(cls, pool: Sequence[str]) -> _PoolParts:
@@ -235,6 +270,7 @@ class _PoolParts:
         seen: set[str] = set()
         years: set[int] = set()
         values: dict[str, list[str]] = {}
+        pairs: set[str] = set()
         for entry in pool:
             tag, _, rest = entry.partition(":")
             if tag == "year":
@@ -244,6 +280,7 @@ class _PoolParts:
                 values.setdefault(kind, []).append(value)
             elif tag == "pair":
                 seen.update(w.casefold() for w in rest.split())
+                pairs.add(rest.casefold())
             elif tag in ("near", "seen"):
                 role, _, word = rest.partition(":")
                 (near if tag == "near" else shown).setdefault(role, []).append(word)
@@ -253,7 +290,7 @@ class _PoolParts:
                 strict.append((role, word))
                 seen.add(word.casefold())
         return cls(strict, near, shown, frozenset(seen), tuple(sorted(years)),
-                   {k: tuple(v) for k, v in values.items()})
+                   {k: tuple(v) for k, v in values.items()}, frozenset(pairs))
 
 
 def _unseen_names(role: str | None) -> tuple[str, ...]:
@@ -417,7 +454,7 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
             part_map[key] = names.part(part, key + salt, role)
         return _same_case(part, part_map[key])
 
-    known = {entry[5:].casefold() for entry in names.pool if entry.startswith("pair:")}
+    known = names.known_full_names
 
     def fresh_name(name: str) -> str:
         fresh = _fresh_name(name)
@@ -547,7 +584,7 @@ def counterfactual(
     The stranger is the identity `seed` names: the same seed gives the same
     fresh values in every record (one stranger, one name, one e-mail address).
     """
-    identity = replace(names, seed=f"{names.seed}:{seed}")  # the same kind of source, another identity
+    identity = names.identity(f"{names.seed}:{seed}")  # the same kind of source, another identity
     mapping = fresh_mapping(spans, identity)
 
     def swap(text: str | None) -> str | None:

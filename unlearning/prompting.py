@@ -229,24 +229,27 @@ def _messages(record: Any) -> list[dict[str, str]]:
 
 
 def _chat_example(tokenizer: Any, messages: Sequence[dict[str, str]], record_id: str) -> Example:
-    """A conversation through the chat template; assistant turns learnt (prefix difference)."""
-    full = _template_ids(tokenizer, messages, generation=False)
+    """A conversation through the chat template; assistant turns learnt (prefix difference).
+
+    Rendered once and tokenised once with offsets (what `apply_chat_template` with
+    `tokenize=True` does: render, then tokenise without added special tokens); each
+    assistant turn's bounds come from the rendered prefixes before and through it, the
+    last turn's "through" being the whole conversation."""
+    rendered = tokenizer.apply_chat_template(list(messages), tokenize=False)
+    encoded = tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
+    full = [int(i) for i in encoded["input_ids"]]
+    offsets = [(int(s), int(e)) if e > s else (int(s), int(s)) for s, e in encoded["offset_mapping"]]
     learnt = [False] * len(full)
     for k, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
         before = _template_ids(tokenizer, messages[:k], generation=True) if k else []
-        through = _template_ids(tokenizer, messages[: k + 1], generation=False)
+        through = (full if k == len(messages) - 1
+                   else _template_ids(tokenizer, messages[: k + 1], generation=False))
         if full[: len(through)] != through or through[: len(before)] != before:
             raise PromptFormatError("the chat template does not render turn by turn")
         for i in range(len(before), len(through)):
             learnt[i] = True
-    rendered = tokenizer.apply_chat_template(list(messages), tokenize=False)
-    encoded = tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
-    if [int(i) for i in encoded["input_ids"]] == full:
-        offsets = [(int(s), int(e)) if e > s else (int(s), int(s)) for s, e in encoded["offset_mapping"]]
-    else:  # the template's ids cannot be located in its text: spans are unknown
-        offsets = [(0, 0)] * len(full)
     return Example(tuple(full), tuple(learnt), tuple(offsets), rendered, record_id)
 
 

@@ -560,16 +560,43 @@ def _who(record: Record, subject: Any | None) -> str:
     return str(subject.name) if subject is not None else record.id
 
 
+def _learnt_scores(model: nn.Module, tokenizer: Any, examples: Sequence[Example], *,
+                   batch_size: int = 16) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Per example: its learnt prediction positions t (of token t + 1), the calibrated score z
+    of the actual token there (Min-K%++'s, Zhang et al. 2024) and its log-probability.
+    Reduced batch by batch: only one batch's next-token distributions are ever held."""
+    out = []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start: start + batch_size]
+        for example, lp in zip(chunk, position_logprobs(model, tokenizer, chunk, batch_size=batch_size),
+                               strict=True):
+            positions = [t for t in range(min(len(example) - 1, lp.shape[0])) if example.learnt[t + 1]]
+            rows = lp[positions]
+            p = rows.exp()
+            mu = (p * rows).sum(-1)
+            sigma = ((p * rows * rows).sum(-1) - mu * mu).clamp_min(0).sqrt()
+            ids = torch.tensor([[int(example.ids[t + 1])] for t in positions], dtype=torch.long).reshape(-1, 1)
+            actual = rows.gather(-1, ids).squeeze(-1)
+            out.append((positions, (actual - mu) / sigma.clamp_min(1e-6), actual))
+    return out
+
+
 def _familiarity(model: nn.Module, tokenizer: Any, examples: Sequence[Example],
-                 span_texts: Sequence[Sequence[str]] = ()) -> tuple[float, float, float]:
+                 span_texts: Sequence[Sequence[str]] = (), *,
+                 scores: Sequence[tuple[list[int], torch.Tensor, torch.Tensor]] | None = None,
+                 ) -> tuple[float, float, float]:
     """How familiar the model finds records, by each statistic the membership attacks use
     (`unlearning.verification.membership`), averaged over the records: the Min-K%++ score
     (lowest 20 % of calibrated token scores, Zhang et al. 2024) of the learnt tokens, the
     same over the tokens of the identifying spans (`span_texts`, per record; the whole-record
-    score where a record has none), and the zlib ratio (log-likelihood per compressed byte)."""
+    score where a record has none), and the zlib ratio (log-likelihood per compressed byte).
+    `scores`: the examples' `_learnt_scores` when the caller has them."""
     whole, spans, ratios = [], [], []
-    for number, (example, lp) in enumerate(zip(examples, position_logprobs(model, tokenizer, examples),
-                                                strict=True)):
+    if scores is None:
+        scores = _learnt_scores(model, tokenizer, examples)
+    for number, (example, (positions, z_all, actual)) in enumerate(zip(examples, scores, strict=True)):
+        if not positions:
+            continue
         marked = set()
         folded = example.text.casefold()
         for text in (span_texts[number] if number < len(span_texts) else ()):
@@ -577,22 +604,11 @@ def _familiarity(model: nn.Module, tokenizer: Any, examples: Sequence[Example],
             while key and (found := folded.find(key, start)) >= 0:
                 marked.update(example.tokens_in(found, found + len(key)))
                 start = found + len(key)
-        z, z_span, total = [], [], 0.0
-        for t in range(min(len(example) - 1, lp.shape[0])):
-            if example.learnt[t + 1]:
-                row = lp[t]
-                p = row.exp()
-                mu = float((p * row).sum())
-                sigma = float(((p * row * row).sum() - mu * mu).clamp_min(0).sqrt())
-                actual = float(row[int(example.ids[t + 1])])
-                total += actual
-                z.append((actual - mu) / max(sigma, 1e-6))
-                if t + 1 in marked:
-                    z_span.append(z[-1])
-        if z:
-            whole.append(_min_k(z))
-            spans.append(_min_k(z_span) if z_span else whole[-1])
-            ratios.append(total / max(1, len(zlib.compress(example.text.encode("utf-8")))))
+        z = z_all.tolist()
+        z_span = [value for t, value in zip(positions, z, strict=True) if t + 1 in marked]
+        whole.append(_min_k(z))
+        spans.append(_min_k(z_span) if z_span else whole[-1])
+        ratios.append(float(actual.double().sum()) / max(1, len(zlib.compress(example.text.encode("utf-8")))))
 
     def mean(values: list[float]) -> float:
         return sum(values) / max(1, len(values))
@@ -634,11 +650,17 @@ def typical_identities(
         if len(seeds) <= settings.counterfactuals:
             out[who] = seeds
             continue
-        scores = []
-        for seed in seeds:
-            copies = [counterfactual(r, identity_spans(r, subj), names=names, seed=seed) for r, subj in sample]
-            scores.append(_familiarity(model, tokenizer, [encode_record(tokenizer, c.record) for c in copies],
-                                       [list(c.mapping.values()) for c in copies]))
+        spans = [identity_spans(r, subj) for r, subj in sample]
+        copies = [[counterfactual(r, found, names=names, seed=seed) for (r, _), found in zip(sample, spans, strict=True)]
+                  for seed in seeds]
+        examples = [[encode_record(tokenizer, c.record) for c in group] for group in copies]
+        # Every candidate's copies in one run of the model: full batches, not one per candidate.
+        flat = _learnt_scores(model, tokenizer, [e for group in examples for e in group])
+        scores, offset = [], 0
+        for group, encoded in zip(copies, examples, strict=True):
+            scores.append(_familiarity(model, tokenizer, encoded, [list(c.mapping.values()) for c in group],
+                                       scores=flat[offset: offset + len(encoded)]))
+            offset += len(encoded)
         out[who] = [seeds[k] for k in most_typical(scores, settings.counterfactuals)]
     return out
 
