@@ -481,8 +481,11 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
         copy_lps = all_lps[offset: offset + len(plan.copies)]
         copy_states = all_states[offset: offset + len(plan.copies)]
         offset += len(plan.copies)
-        mixture: list[list[torch.Tensor]] = [[] for _ in range(n_positions)]
         state_rows: dict[int, torch.Tensor] = {}
+        # Each copy's rows at the positions it covers, gathered in one indexing operation;
+        # where several copies cover a position the target is their mixture (mean probability).
+        mixed: torch.Tensor | None = None
+        count = torch.zeros(max(n_positions, 0), dtype=torch.long)
         for number, (copy_lp, copied, alignment) in enumerate(zip(copy_lps, plan.copies, plan.alignments,
                                                                 strict=True)):
             if settings.states and number == 0:
@@ -490,29 +493,50 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
                 for t, (j, is_span) in alignment.tokens.items():
                     if not is_span and 0 <= t < n_positions and j < copy_states[0].shape[1]:
                         state_rows[t] = copy_states[0][:, j]
+            ts, js, spans = [], [], []
             for i, (j, is_span) in alignment.tokens.items():
                 t = i - 1  # the position that predicts token i
                 if t < 0 or j < 1 or t >= n_positions or j - 1 >= copy_lp.shape[0]:
                     continue
-                row = copy_lp[j - 1].clone()
                 if is_span:
-                    row = _carry_pieces(row, int(example.ids[i]), copied, copy_lp,
+                    spans.append((len(ts), i, j))
+                ts.append(t)
+                js.append(j - 1)
+            if not ts:
+                continue
+            rows = copy_lp[torch.tensor(js)]
+            for k, i, j in spans:
+                rows[k] = _carry_pieces(rows[k], int(example.ids[i]), copied, copy_lp,
                                         alignment.pieces.get(i, ((j,), 1.0)))
-                mixture[t].append(row)
-        positions, rows, sources = [], [], []
+            where = torch.tensor(ts)
+            if mixed is None:
+                mixed = torch.full((n_positions, rows.shape[1]), -math.inf)
+                mixed[where] = rows
+            else:
+                mixed[where] = torch.logaddexp(mixed[where], rows)
+            count[where] += 1
+        if mixed is not None and int(count.max()) > 1:
+            mixed = mixed - count.clamp_min(1).double().log().float()[:, None]
+        positions, sources, cf_slots, cf_rows, tempered_slots, tempered_rows = [], [], [], [], [], []
         for t in range(n_positions):
-            learnt = example.learnt[t + 1]
-            if mixture[t] and t + 1 >= plan.first_span:
-                stacked = torch.stack(mixture[t])
-                rows.append(torch.logsumexp(stacked, dim=0) - math.log(len(mixture[t])))
+            if count[t] > 0 and t + 1 >= plan.first_span:
+                cf_slots.append(len(positions))
+                cf_rows.append(t)
                 sources.append("counterfactual")
-            elif learnt:
-                rows.append(tempered[index][t])
+            elif example.learnt[t + 1]:
+                tempered_slots.append(len(positions))
+                tempered_rows.append(t)
                 sources.append("tempered")
             else:
                 continue
             positions.append(t)
-        values = torch.stack(rows) if rows else torch.zeros(0, _vocabulary(model))
+        width = (mixed.shape[1] if mixed is not None else
+                 tempered[index].shape[1] if tempered_rows else _vocabulary(model))
+        values = torch.zeros(len(positions), width)
+        if cf_rows and mixed is not None:
+            values[torch.tensor(cf_slots)] = mixed[torch.tensor(cf_rows)]
+        if tempered_rows:
+            values[torch.tensor(tempered_slots)] = tempered[index][torch.tensor(tempered_rows)]
         actual = torch.tensor([int(example.ids[t + 1]) for t in positions], dtype=torch.long)
         kept = [t for t in positions if t in state_rows and t + 1 > plan.first_span]
         states = torch.stack([state_rows[t] for t in kept]) if kept else None
