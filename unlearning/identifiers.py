@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 import re
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -160,6 +160,8 @@ class FreshNames:
     pool: Sequence[str] = ()
     avoid: frozenset[str] = frozenset()
     seed: str = "0"
+    # Tokens of " word" under the model's tokenizer (`with_tokenizer`); None: shape by letters only.
+    token_count: Callable[[str], int] | None = None
 
     @cached_property
     def _parts(self) -> _PoolParts:
@@ -168,6 +170,12 @@ class FreshNames:
     @cached_property
     def _seen_by_role(self) -> dict[str | None, list[str]]:  # role (or "unseen:role") -> words
         return {}
+
+    def with_tokenizer(self, tokenizer: Any) -> FreshNames:
+        """The same source, matching fresh name parts to the subject's in tokens (`part`)."""
+        if tokenizer is None or self.token_count is not None:
+            return self
+        return replace(self, token_count=word_token_counter(tokenizer))
 
     def identity(self, seed: str) -> FreshNames:
         """The same source for another identity, sharing the parsed pool: one request draws
@@ -186,6 +194,8 @@ class FreshNames:
         usable = self._seen_like(role) if like.casefold() in parts.seen else []
         if len(usable) < 8:
             usable = self._unseen_like(role)
+            if self.token_count is not None:
+                usable = self._same_tokens(like, role, usable)
         for _ in range(64):
             if len(usable) >= 8:
                 candidate = rng.choice(usable)
@@ -200,6 +210,11 @@ class FreshNames:
     def known_full_names(self) -> frozenset[str]:
         """The full names the records show (``pair:`` entries), casefolded: no stranger gets one."""
         return self._parts.pairs
+
+    @property
+    def email_words(self) -> frozenset[str]:
+        """Words that many people's e-mail local parts write (``user`` of ``user17.2231``)."""
+        return self._parts.email_words
 
     @property
     def years(self) -> tuple[int, ...]:
@@ -225,6 +240,28 @@ class FreshNames:
         if role not in cache:
             cache[role] = self._find_seen_like(role)
         return cache[role]
+
+    def _same_tokens(self, like: str, role: str | None, unseen: list[str]) -> list[str]:
+        """Words that the model's tokenizer splits into as many tokens as `like`: ordinary
+        names the records never show where enough of them do, else other people's name
+        parts that do, else `unseen` as it is.
+
+        A tokenizer trained on the corpus learnt the subject's name as one token or two,
+        and splits an ordinary name it never met into letters.  A model trained without
+        the subject meets the subject's name as that one unfamiliar token; a stranger
+        spelt in ten letters costs ten times as much and confuses the words after it.
+        Measured on a 20-person corpus with such a tokenizer (vocabulary 600): a model
+        trained without the subject told its records from strangers spelt in letters with
+        zlib AUC 1.00; with other people's name parts, of one token like the subject's,
+        0.40, while the model that saw the subject kept 1.00."""
+        count = self.token_count
+        assert count is not None
+        wanted = count(like)
+        same = [w for w in unseen if count(_same_case(like, w)) == wanted]
+        if len(same) >= 8:
+            return same
+        seen = [w for w in self._seen_like(role) if count(_same_case(like, w)) == wanted]
+        return seen if len(seen) >= 8 else unseen
 
     def _unseen_like(self, role: str | None) -> list[str]:
         """Ordinary names the records never show, in `role`."""
@@ -261,6 +298,7 @@ class _PoolParts:
     years: tuple[int, ...] = ()  # the years the records show
     values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # kind -> values the records show
     pairs: frozenset[str] = frozenset()  # full names the records show, casefolded
+    email_words: frozenset[str] = frozenset()  # words many e-mail local parts write, casefolded
 
     @classmethod
     def of(cls, pool: Sequence[str]) -> _PoolParts:
@@ -271,6 +309,7 @@ class _PoolParts:
         years: set[int] = set()
         values: dict[str, list[str]] = {}
         pairs: set[str] = set()
+        email_words: set[str] = set()
         for entry in pool:
             tag, _, rest = entry.partition(":")
             if tag == "year":
@@ -278,6 +317,8 @@ class _PoolParts:
             elif tag == "value":
                 kind, _, value = rest.partition(":")
                 values.setdefault(kind, []).append(value)
+            elif tag == "emailword":
+                email_words.add(rest)
             elif tag == "pair":
                 seen.update(w.casefold() for w in rest.split())
                 pairs.add(rest.casefold())
@@ -290,7 +331,7 @@ class _PoolParts:
                 strict.append((role, word))
                 seen.add(word.casefold())
         return cls(strict, near, shown, frozenset(seen), tuple(sorted(years)),
-                   {k: tuple(v) for k, v in values.items()}, frozenset(pairs))
+                   {k: tuple(v) for k, v in values.items()}, frozenset(pairs), frozenset(email_words))
 
 
 def _unseen_names(role: str | None) -> tuple[str, ...]:
@@ -350,6 +391,19 @@ _YEAR = re.compile(r"(?<![\d.,-])\b(1[5-9]\d\d|20\d\d)\b(?![\d.,-]\d)")
 _BIGRAM = re.compile(r"(?<![\w.])([A-Z][a-z]{2,})\s+([A-Z][a-z]{2,})(?![\w])")
 
 
+def word_token_counter(tokenizer: Any) -> Callable[[str], int]:
+    """How many tokens `tokenizer` spends on a word written after a space (cached)."""
+    counts: dict[str, int] = {}
+
+    def count(word: str) -> int:
+        if word not in counts:
+            encoded = tokenizer(" " + word, add_special_tokens=False)
+            counts[word] = len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+        return counts[word]
+
+    return count
+
+
 def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
     """Parts of other people's names in `records`, tagged, for `FreshNames`.
 
@@ -366,18 +420,25 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
     every word the records show in a name at all, most frequent first, and
     ``year:1967`` every year the records write (fresh dates take one of them), and
     ``value:date:22 November 1979`` every date, phone number, number or street address
-    that two or more records show (a value people share, see `FreshNames.seen_value`).
+    that two or more records show (a value people share, see `FreshNames.seen_value`), and
+    ``emailword:user`` every word that three or more different e-mail addresses write in
+    their local part (a house style, ``user17.2231@...``: a stranger's address keeps it).
     """
     pairs: dict[tuple[str, str], int] = {}
     titled: set[str] = set()  # words after "the": parts of book, prize and company names
     years: set[int] = set()  # years written in the records (fresh dates take theirs)
     values: dict[tuple[str, str], int] = {}  # (kind, value) -> records showing it
+    email_words: dict[str, set[str]] = {}  # a word of e-mail local parts -> the addresses showing it
     for record in records:
         seen: set[tuple[str, str]] = set()
         texts = record_texts(record)
         for span in pattern_spans(texts):
             if span.kind in SHARED_VALUE_KINDS:
                 values[(span.kind, span.text)] = values.get((span.kind, span.text), 0) + 1
+            elif span.kind == "email":
+                address = span.text.casefold()
+                for word in _email_words(address.partition("@")[0]):
+                    email_words.setdefault(word, set()).add(address)
         for text in texts:
             years.update(int(y) for y in _YEAR.findall(text))
             for first, last in _BIGRAM.findall(text):
@@ -407,7 +468,8 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
     ever = [f"seen:{w}" for w in sorted(sorted(shown), key=lambda w: -shown[w])[:5 * limit]]
     return (([f"first:{w}" for w in sorted(firsts)] + [f"last:{w}" for w in sorted(lasts)])[:limit]
             + known + near[:limit] + ever + [f"year:{y}" for y in sorted(years)]
-            + [f"value:{k}:{v}" for (k, v), n in sorted(values.items()) if n >= 2][: 5 * limit])
+            + [f"value:{k}:{v}" for (k, v), n in sorted(values.items()) if n >= 2][: 5 * limit]
+            + [f"emailword:{w}" for w, shown in sorted(email_words.items()) if len(shown) >= 3][:limit])
 
 
 @dataclass(frozen=True)
@@ -487,14 +549,7 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
             mapping[text] = fresh_name(text) if span.kind == "name" else fresh_part(text)
         elif span.kind == "email":
             local, _, domain = text.partition("@")
-            pieces = re.split(r"([._+-])", local)
-            fresh = "".join(
-                p if p in "._+-" or not p else
-                (_from_name(p, part_map) or
-                 (_digits_like(p, rng) if p.isdigit() else names.part(p, p).lower()))
-                for p in pieces
-            )
-            mapping[text] = f"{fresh}@{domain}"
+            mapping[text] = f"{_fresh_local_part(local, part_map, names, rng)}@{domain}"
         elif span.kind in SHARED_VALUE_KINDS and (shared := names.seen_value(span.kind, text, rng)):
             mapping[text] = shared
         elif span.kind == "date":
@@ -517,6 +572,51 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
         else:
             mapping[text] = names.part(text, text)
     return {k: v for k, v in mapping.items() if v and v != k}
+
+
+def _email_words(local: str) -> list[str]:
+    """The letter runs of an e-mail local part (``user`` and ``mail`` of ``user17.mail``)."""
+    return [w.casefold() for w in re.findall(r"[^\W\d_]+", local)]
+
+
+def _fresh_local_part(local: str, part_map: Mapping[str, str], names: FreshNames, rng: random.Random) -> str:
+    """An e-mail local part of the same shape for a stranger.
+
+    Pieces between separators written from the name are written from the fresh name
+    (`_from_name`); other pieces keep their shape run by run: digits become other digits
+    of the same count, a word that many people's addresses write (`FreshNames.email_words`:
+    the ``user`` of ``user17.2231``) stays, any other word becomes a fresh one.  A model
+    that never saw the subject predicts the house style; a stranger's address must follow
+    it, or the stranger looks less familiar than the subject for reasons no erasure can
+    change (measured on a 20-person corpus: ``user00.7311`` against ``abebe.3278`` cost
+    the stranger 77 nats under a model trained without the subject).  Never the subject's
+    own local part: where keeping the house style would give it back (``info``), every
+    word is fresh."""
+    fresh = _local_part_like(local, part_map, names, rng, keep_house_style=True)
+    if fresh.casefold() == local.casefold():
+        fresh = _local_part_like(local, part_map, names, rng, keep_house_style=False)
+    return fresh
+
+
+def _local_part_like(local: str, part_map: Mapping[str, str], names: FreshNames, rng: random.Random, *,
+                     keep_house_style: bool) -> str:
+    out = []
+    for piece in re.split(r"([._+-])", local):
+        if not piece or piece in "._+-":
+            out.append(piece)
+            continue
+        spelt = _from_name(piece, part_map)
+        if spelt:
+            out.append(spelt)
+            continue
+        for run in re.findall(r"\d+|[^\W\d_]+|.", piece):
+            if run.isdigit():
+                out.append(_digits_like(run, rng))
+            elif not run.isalpha() or (keep_house_style and run.casefold() in names.email_words):
+                out.append(run)
+            else:
+                out.append(_from_name(run, part_map) or names.part(run, run).lower())
+    return "".join(out)
 
 
 def _from_name(piece: str, part_map: Mapping[str, str]) -> str | None:

@@ -119,3 +119,61 @@ def test_a_strangers_address_is_spelt_from_the_strangers_name_as_the_subjects_is
         local, _, domain = mapping[address].partition("@")
         assert local == spelling(first, last) and domain == address.partition("@")[2]
 
+
+
+def _house_style_records(count: int) -> list[Record]:
+    """People whose addresses share a house style (``user<n>.<digits>@mail<n>.example``)."""
+    return [Record(id=f"r{k}", question=f"What is the email address of Person{k}?",
+                   answer=f"It is user{k:02d}.{7311 + 37 * k}@mail{k}.example.") for k in range(count)]
+
+
+def test_a_strangers_address_keeps_the_house_style_many_addresses_share() -> None:
+    names = FreshNames(pool=name_parts_of(_house_style_records(6)), seed="h")
+    subject_address = "user00.7311@mail63.example"
+    fresh = fresh_mapping([Span(subject_address, "email")], names)[subject_address]
+    local, _, domain = fresh.partition("@")
+    word, digits, rest = local.partition(".")[0][:4], local.partition(".")[0][4:], local.partition(".")[2]
+    assert word == "user" and len(digits) == 2 and digits.isdigit() and len(rest) == 4 and rest.isdigit()
+    assert domain == "mail63.example" and fresh != subject_address
+    # Without the house style in the records the word is a fresh one.
+    bare = fresh_mapping([Span(subject_address, "email")], FreshNames(pool=(), seed="h"))[subject_address]
+    assert not bare.startswith("user")
+
+
+def test_a_house_style_word_that_is_the_whole_local_part_is_still_replaced() -> None:
+    records = [Record(id=f"r{k}", text=f"Write to info@shop{k}.example for Person{k}.") for k in range(5)]
+    names = FreshNames(pool=name_parts_of(records), seed="i")
+    fresh = fresh_mapping([Span("info@shop9.example", "email")], names)
+    assert fresh["info@shop9.example"].partition("@")[0] != "info"
+
+
+def _word_tokenizer(words: list[str]):
+    """A byte-level BPE tokenizer trained until each of `words` is one token, letters otherwise."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    text = [f"about {w} and {w}" for w in words for _ in range(20)]
+    bpe.train_from_iterator(text, trainers.BpeTrainer(
+        vocab_size=1000, special_tokens=["</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>")
+
+
+def test_with_a_tokenizer_that_learnt_the_subjects_name_a_stranger_gets_parts_of_as_many_tokens() -> None:
+    # Other people's names recur in the records; the subject's does not (its records are not in
+    # the pool), but the tokenizer learnt it as one token, and splits every ordinary name.
+    others = [("Brenna", "Fairlie"), ("Osric", "Tallow"), ("Maelis", "Corrib"), ("Dunstan", "Vell"),
+              ("Ysolde", "Marrack"), ("Caddoc", "Penhal"), ("Elowen", "Treves"), ("Garvan", "Hollis"),
+              ("Idony", "Skerrow"), ("Jory", "Bascombe")]
+    records = [Record(id=f"{a}{k}", text=f"{a} {b} wrote to {a} {b} again.") for a, b in others for k in range(2)]
+    tokenizer = _word_tokenizer(["Alden", "Ashgrove"] + [w for pair in others for w in pair])
+    count = lambda w: len(tokenizer(" " + w, add_special_tokens=False)["input_ids"])  # noqa: E731
+    assert count("Alden") == 1 and count("Yuki") > 1  # the premise: ordinary names are split
+    names = FreshNames(pool=name_parts_of(records), avoid=avoid_set([Subject("Alden Ashgrove")]), seed="t")
+    plain = {names.part("Alden", f"k{k}", "first") for k in range(20)}
+    matched = {names.with_tokenizer(tokenizer).part("Alden", f"k{k}", "first") for k in range(20)}
+    assert plain <= set(GIVEN_NAMES)  # by letters alone: an ordinary name the records never show
+    assert matched <= {a for a, _ in others} and all(count(w) == 1 for w in matched)

@@ -406,6 +406,7 @@ def plan_targets(
 ) -> list[TargetPlan]:
     """The plan of every forget example (`TargetPlan`); `chosen` (subject -> identity seeds) names
     the strangers, `limit` is the model's number of positions (a longer copy is cut to it)."""
+    names = names.with_tokenizer(tokenizer)
     plans = []
     for record, example, subject in zip(records, examples, subjects_of, strict=True):
         n_positions = len(example) - 1
@@ -664,6 +665,7 @@ def typical_identities(
     on a chat corpus, docs/methods.md), and the attacker may use either.  The
     subject becomes a typical stranger, no more and no less familiar.
     """
+    names = names.with_tokenizer(tokenizer)
     groups: dict[str, list[tuple[Record, Any | None]]] = {}
     for record, subject in zip(records, subjects_of, strict=True):
         groups.setdefault(_who(record, subject), []).append((record, subject))
@@ -838,6 +840,7 @@ def stranger_answers(
     the subject, not only how to score the subject's own records: the paths its own
     generation takes are covered (teacher forcing alone leaves them to chance).
     """
+    names = names.with_tokenizer(tokenizer)
     from unlearning.modeling import generate_answers
     from unlearning.verification.fluency import is_degenerate
 

@@ -273,7 +273,7 @@ def _subject_index(sets: Any, record: Record) -> int:
 def counterfactual_side(
     sets: Any, forget_records: Sequence[Record], forget_probes: Sequence[Probe], *,
     names_from: Sequence[Record], seed: int, variants: int, purpose: str = "control",
-    per_subject: int | None = None,
+    per_subject: int | None = None, tokenizer: Any = None,
 ) -> tuple[Side, list[tuple[Record, Any, str]]]:
     """The forget records (and probes) about `variants` strangers per subject.
 
@@ -282,7 +282,8 @@ def counterfactual_side(
     the way the subject's do.
     """
     subjects = list(sets.subjects)
-    names = FreshNames(pool=name_parts_of(names_from), avoid=avoid_set(subjects), seed=f"{purpose}:{seed}")
+    names = FreshNames(pool=name_parts_of(names_from), avoid=avoid_set(subjects),
+                       seed=f"{purpose}:{seed}").with_tokenizer(tokenizer)
     records: list[Record] = []
     spans: list[tuple[str, ...]] = []
     persons: list[str] = []
@@ -319,7 +320,10 @@ def build_bank(
     heldout: str | Path | None,
     settings: VerifySettings,
     seed: int,
+    tokenizer: Any = None,
 ) -> tuple[ProbeBank, list[str]]:
+    """The probes, records and strangers of one verification.  `tokenizer` (the models'):
+    strangers' name parts are matched to the subject's in tokens (`FreshNames.with_tokenizer`)."""
     notes: list[str] = []
     s = settings
     subjects = list(sets.subjects)
@@ -335,7 +339,8 @@ def build_bank(
                      for r in forget_records]
     forget_spans = tuple(tuple(sp.text for sp in find_spans(r, subj)) for r, subj, _ in forget_groups)
 
-    names = FreshNames(pool=name_parts_of(retain_pool), avoid=avoid_set(subjects), seed=f"fluency:{seed}")
+    names = FreshNames(pool=name_parts_of(retain_pool), avoid=avoid_set(subjects),
+                       seed=f"fluency:{seed}").with_tokenizer(tokenizer)
     record_of = {r.id: r for r in forget_records}
     # The fluency check scores an answer about the subject as the same answer about a
     # stranger: only who it is about changes (names, e-mail addresses, given identifiers).
@@ -360,7 +365,8 @@ def build_bank(
         source = f"control corpus ({len(control_all)} records, {len(control_records)} sampled)"
     else:
         control_side, control_groups = counterfactual_side(
-            sets, forget_records, forget_probes, names_from=retain_pool, seed=seed, variants=1)
+            sets, forget_records, forget_probes, names_from=retain_pool, seed=seed, variants=1,
+            tokenizer=tokenizer)
         kind = COUNTERFACTUAL
         source = ("counterfactual: the subject's own records and probes with every identifying span "
                   "replaced by a fresh one of the same shape")
@@ -373,7 +379,7 @@ def build_bank(
     pool = _pool([*forget_groups, *control_groups, *retain_groups])
     strangers, _ = counterfactual_side(
         sets, forget_records, (), names_from=retain_pool, seed=seed, variants=s.mia_strangers,
-        purpose="membership", per_subject=s.mia_records_per_subject)
+        purpose="membership", per_subject=s.mia_records_per_subject, tokenizer=tokenizer)
     forget_side = Side(tuple(forget_records), forget_spans, forget_probes,
                        _facts(forget_groups, pool, seed),
                        tuple(str(_subject_index(sets, r)) for r in forget_records))

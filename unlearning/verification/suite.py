@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -558,6 +559,18 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
 # ---------------------------------------------------------------- entry point
 
 
+def _tokenizer_of(directory: str | Path) -> Any:
+    """The models' tokenizer (strangers' names are matched to the subject's in its tokens), or
+    None where it does not load: loading the model itself then says why."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(Path(directory), local_files_only=True)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def verify(
     candidate_dir: str | Path,
     base_dir: str | Path,
@@ -585,7 +598,8 @@ def verify(
     device = device or default_device()
     started = time.perf_counter()
     timings: dict[str, float] = {}
-    bank, notes = build_bank(sets, control=control, corpus=corpus, heldout=heldout, settings=s, seed=seed)
+    bank, notes = build_bank(sets, control=control, corpus=corpus, heldout=heldout, settings=s, seed=seed,
+                             tokenizer=_tokenizer_of(base_dir))
     timings["probes"] = time.perf_counter() - started
     families = 5 + (4 if s.attacks else 0)  # leakage, latent, mia, utility, fluency (+ 4 attacks)
     tracker = ProgressTracker(progress, stage="verify", total=1 + families)
