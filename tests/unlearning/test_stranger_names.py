@@ -177,3 +177,20 @@ def test_with_a_tokenizer_that_learnt_the_subjects_name_a_stranger_gets_parts_of
     matched = {names.with_tokenizer(tokenizer).part("Alden", f"k{k}", "first") for k in range(20)}
     assert plain <= set(GIVEN_NAMES)  # by letters alone: an ordinary name the records never show
     assert matched <= {a for a, _ in others} and all(count(w) == 1 for w in matched)
+
+
+def test_a_value_no_one_else_shows_is_an_identity_a_shared_one_a_value() -> None:
+    from unlearning.identifiers import identity_spans
+
+    others = [Record(id=f"o{k}", text=f"Person{k} was born on 3 May 1970 and moved in {1990 + k}.")
+              for k in range(4)]
+    names = FreshNames(pool=name_parts_of(others), seed="v")
+    mine = Record(id="s", text="Alden Ashgrove was born on 3 May 1970; call +44 7141 371493.")
+    subject = Subject("Alden Ashgrove")
+    kinds = {s.kind: s.text for s in identity_spans(mine, subject, names)}
+    assert kinds.get("phone") == "+44 7141 371493"  # only the subject's records show it
+    assert "date" not in kinds  # other people show the same date: a value, kept
+    assert "phone" not in {s.kind for s in identity_spans(mine, subject)}  # without a pool: values kept
+    # A unique year becomes another year, never a four-digit number of no kind.
+    year = fresh_mapping([Span("1975", "number")], FreshNames(pool=(), seed="y"))["1975"]
+    assert year.isdigit() and 1960 <= int(year) <= 1990 and year != "1975"

@@ -413,7 +413,7 @@ def plan_targets(
         copies: list[Example] = []
         alignments: list[Alignment] = []
         if settings.use_counterfactual and settings.counterfactuals > 0:
-            spans = identity_spans(record, subject)
+            spans = identity_spans(record, subject, names)
             for identity in (chosen.get(_who(record, subject), ()) if spans else ()):
                 cf = counterfactual(record, spans, names=names, seed=identity)
                 copied = encode_record(tokenizer, cf.record).truncated(len(example) + 64)
@@ -676,7 +676,7 @@ def typical_identities(
         if len(seeds) <= settings.counterfactuals:
             out[who] = seeds
             continue
-        spans = [identity_spans(r, subj) for r, subj in sample]
+        spans = [identity_spans(r, subj, names) for r, subj in sample]
         copies = [[counterfactual(r, found, names=names, seed=seed) for (r, _), found in zip(sample, spans, strict=True)]
                   for seed in seeds]
         examples = [[encode_record(tokenizer, c.record) for c in group] for group in copies]
@@ -849,7 +849,7 @@ def stranger_answers(
         seeds = identities.get(_who(record, subject))
         if not record.is_qa or record.question is None or not seeds:
             continue
-        cf = counterfactual(record, identity_spans(record, subject), names=names, seed=seeds[0])
+        cf = counterfactual(record, identity_spans(record, subject, names), names=names, seed=seeds[0])
         if cf.mapping and cf.record.question:
             jobs.append((record, subject, dict(cf.mapping), cf.record.question))
     if not jobs:
