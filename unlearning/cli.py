@@ -267,6 +267,48 @@ def _build_sets(args: argparse.Namespace) -> Any:
     return sets
 
 
+def _refused(exc: ValueError, models: dict[str, Path]) -> ArgumentError:
+    """The argument a ValueError from the library is about, with its first line.
+
+    A model that does not load is the fault of the argument in `models` whose
+    directory the message names (the first one when it names none); a record the
+    chat template refuses, the corpus's (the message names the record); any other
+    prompt format error, the model's (`--model`: the format is stored with it); a
+    hyper-parameter, `--hparams`; anything else the method refused, `--method`."""
+    from unlearning.modeling import ModelLoadError
+    from unlearning.prompting import PromptFormatError, RecordRefused
+
+    message = (str(exc).splitlines() or [""])[0]
+    if isinstance(exc, ModelLoadError):
+        named = [arg for arg, path in models.items() if message.startswith(f"{path}:")]
+        return ArgumentError(named[0] if named else next(iter(models), "--model"), message)
+    if isinstance(exc, RecordRefused):
+        return ArgumentError("--corpus", message)
+    if isinstance(exc, PromptFormatError):
+        return ArgumentError("--model", message)
+    return ArgumentError("--hparams" if "hyper-parameter" in message else "--method", message)
+
+
+def _verified(args: argparse.Namespace, models: dict[str, Path], sets: Any, control: Any,
+              progress: Any) -> int:
+    """Verify the first of `models` against the second, write the report, print the verdict.
+
+    0 passed, 1 failed; a model that does not load or a record its chat template
+    refuses is a bad input (exit 2 naming it), not a failed verification."""
+    from unlearning.modeling import ModelLoadError
+    from unlearning.prompting import PromptFormatError
+    from unlearning.verification import verify
+
+    candidate, base = models.values()
+    try:
+        report = verify(candidate, base, sets, control=control, corpus=args.corpus, progress=progress)
+    except (ModelLoadError, PromptFormatError) as exc:
+        raise _refused(exc, models) from exc
+    passed = _write_report(report, args.report)
+    print(f"verification {'PASSED' if passed else 'FAILED'} -> {args.report}")
+    return 0 if passed else 1
+
+
 def _write_report(report: Any, path: Path) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = report.to_json()
@@ -295,9 +337,14 @@ def _cmd_train_base(args: argparse.Namespace, progress: Any) -> int:
     tokenizer = None
     if args.tokenizer is not None:
         tokenizer = _model_dir("--tokenizer", args.tokenizer)
-    result = train_base(corpus, args.out, preset=args.preset, seed=args.seed, progress=progress,
-                        threads=args.threads, arch=args.arch, tokenizer_style=args.tokenizer_style,
-                        tokenizer=tokenizer)
+    from unlearning.prompting import RecordRefused
+
+    try:
+        result = train_base(corpus, args.out, preset=args.preset, seed=args.seed, progress=progress,
+                            threads=args.threads, arch=args.arch, tokenizer_style=args.tokenizer_style,
+                            tokenizer=tokenizer)
+    except RecordRefused as exc:  # a record the tokenizer's chat template refuses
+        raise ArgumentError("--corpus", (str(exc).splitlines() or [""])[0]) from exc
     status = "reached the target" if result.reached_target else "STOPPED AT THE STEP CAP"
     shapes = ", ".join(f"{shape} {value:.3f}" for shape, value in (result.accuracy_by_shape or {}).items())
     print(f"memorised {result.accuracy:.3f} ({status}; by shape: {shapes}); {result.qa_records} question/answer, "
@@ -361,19 +408,14 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
         result = erase(args.model, sets, method=args.method, out_dir=args.out, hparams=hparams,
                        progress=progress, processes=processes, sharding=args.sharding)
     except ValueError as exc:
-        raise ArgumentError("--hparams" if "hyper-parameter" in str(exc) else "--method",
-                            str(exc)) from exc
+        raise _refused(exc, {"--model": args.model}) from exc
     print(f"{args.method}: {result.steps} steps in {result.seconds:.0f}s; "
           f"candidate digest {result.digest} -> {args.out}")
+    if result.details.get("tempered_teacher") is False:  # recorded in the checkpoint's details too
+        print(f"{args.method}: no tempered teacher: {result.details.get('tempered_teacher_reason', '')}")
     if args.report is None:
         return 0
-    from unlearning.verification import verify
-
-    report = verify(args.out, args.model, sets, control=control, corpus=args.corpus,
-                    progress=progress)
-    passed = _write_report(report, args.report)
-    print(f"verification {'PASSED' if passed else 'FAILED'} -> {args.report}")
-    return 0 if passed else 1
+    return _verified(args, {"--out": args.out, "--model": args.model}, sets, control, progress)
 
 
 def _cmd_verify(args: argparse.Namespace, progress: Any) -> int:
@@ -381,13 +423,7 @@ def _cmd_verify(args: argparse.Namespace, progress: Any) -> int:
     _model_dir("--base", args.base)
     control = _control(args)
     sets = _build_sets(args)
-    from unlearning.verification import verify
-
-    report = verify(args.model, args.base, sets, control=control, corpus=args.corpus,
-                    progress=progress)
-    passed = _write_report(report, args.report)
-    print(f"verification {'PASSED' if passed else 'FAILED'} -> {args.report}")
-    return 0 if passed else 1
+    return _verified(args, {"--model": args.model, "--base": args.base}, sets, control, progress)
 
 
 COMMANDS = {

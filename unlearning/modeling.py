@@ -30,11 +30,14 @@ from unlearning.prompting import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ModelLoadError", "chat_prompt_ids", "complete_texts", "default_device",
-    "generate_answers", "load_model",
+    "ModelLoadError", "chat_prompt_ids", "complete_texts", "default_device", "fit_prompts",
+    "generate_answers", "load_model", "position_limit",
 ]
 
 DEFAULT_ATTENTION = "sdpa"
+# What an architecture that refuses the default attention (BLOOM, Gemma2, MPT: no sdpa path
+# in transformers) loads with instead: the reference implementation every model has.
+FALLBACK_ATTENTION = "eager"
 
 
 class ModelLoadError(ValueError):
@@ -118,6 +121,31 @@ def _trust_remote_code(directory: Path) -> bool:
     return True
 
 
+def _refuses_attention(exc: ValueError) -> bool:
+    """Is this transformers' refusal of an attention implementation the architecture lacks?"""
+    text = str(exc)
+    return "does not support" in text and ("scaled_dot_product_attention" in text or "sdpa" in text)
+
+
+def _from_pretrained(auto: Any, directory: Path, attn_implementation: str, **kwargs: Any) -> Any:
+    """`from_pretrained` with `attn_implementation`, or eager where the architecture refuses it.
+
+    The default, sdpa, is faster and what most architectures take; BLOOM, Gemma2
+    and MPT have no sdpa path and transformers raises instead of choosing another,
+    so they load with the eager implementation.  The implementation used is logged."""
+    try:
+        model = auto.from_pretrained(directory, attn_implementation=attn_implementation, **kwargs)
+    except ValueError as exc:
+        if attn_implementation == FALLBACK_ATTENTION or not _refuses_attention(exc):
+            raise
+        logger.info("%s: the architecture has no %s attention; loading with %s",
+                    directory, attn_implementation, FALLBACK_ATTENTION)
+        model = auto.from_pretrained(directory, attn_implementation=FALLBACK_ATTENTION, **kwargs)
+    used = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    logger.info("%s: attention implementation %s", directory, used or "unknown")
+    return model
+
+
 def load_model(
     path: str | Path, *, device: str | None = None, gates: bool = True,
     attn_implementation: str = DEFAULT_ATTENTION,
@@ -129,12 +157,14 @@ def load_model(
     directory itself (`_trust_remote_code`); a checkpoint holding a symlink is refused.
     Nothing is fetched: `local_files_only` on every call and `HF_HUB_OFFLINE=1`.
     `gates=False` switches KIF gates off.  The attention implementation is always
-    passed explicitly because `from_pretrained` otherwise picks its own default.
+    passed explicitly because `from_pretrained` otherwise picks its own default; an
+    architecture that refuses it loads with eager attention (`_from_pretrained`).
     Raises `ModelLoadError` naming the directory when it does not load.
     """
     # Before transformers is first imported: huggingface_hub reads it once, at import.
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     directory = Path(path)
@@ -146,13 +176,15 @@ def load_model(
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     try:
         with quiet_transformers():
-            model: Any = AutoModelForCausalLM.from_pretrained(
-                directory, trust_remote_code=trust_remote_code, local_files_only=True,
-                dtype=dtype, attn_implementation=attn_implementation,
+            model: Any = _from_pretrained(
+                AutoModelForCausalLM, directory, attn_implementation,
+                trust_remote_code=trust_remote_code, local_files_only=True, dtype=dtype,
             )
             tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ModelLoadError(f"{directory}: does not load ({type(exc).__name__}: {exc})") from exc
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
+        # SafetensorError (a damaged weights file) is no OSError: named here, or it is a traceback.
+        reason = (str(exc).splitlines() or [""])[0]
+        raise ModelLoadError(f"{directory}: does not load ({type(exc).__name__}: {reason})") from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     # The prompt format stored with the model (or the tokenizer's default): the same layout
@@ -168,6 +200,36 @@ def load_model(
     return model, tokenizer
 
 
+def position_limit(model: Any) -> int | None:
+    """The longest sequence `model` takes (its config's positions), or None when it says none.
+
+    Past it GPT-2 and OPT index beyond their learnt position embeddings (an
+    IndexError) and a RoPE model runs past its trained context silently."""
+    from unlearning.methods.base import max_positions
+
+    return max_positions(model)
+
+
+def fit_prompts(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                ) -> tuple[list[list[int]], int]:
+    """Prompts cut so that prompt + new tokens fit the model's positions, and the new-token budget.
+
+    A prompt keeps its END: the question (or the text to continue) is at the end,
+    the record's beginning is what goes.  Training and targets cut records to the
+    same limit.  The budget itself shrinks only for a model whose positions are
+    fewer than twice it, so a prompt keeps at least half of them."""
+    limit = position_limit(model)
+    if limit is None:
+        return [list(p) for p in prompts], max_new_tokens
+    new = max(1, min(max_new_tokens, limit // 2))
+    room = limit - new
+    cut = sum(len(p) > room for p in prompts)
+    if cut:
+        logger.info("%d of %d prompts cut to their last %d tokens (%d positions, %d new tokens)",
+                    cut, len(prompts), room, limit, new)
+    return [list(p[-room:]) if len(p) > room else list(p) for p in prompts], new
+
+
 def _generate(
     model: Any, tokenizer: Any, prompts: Sequence[list[int]], *, greedy: bool,
     max_new_tokens: int, batch_size: int, temperature: float, top_p: float, seed: int,
@@ -177,6 +239,7 @@ def _generate(
     device = next(model.parameters()).device
     pad_id = int(tokenizer.pad_token_id)
     eos_id = int(tokenizer.eos_token_id)
+    prompts, max_new_tokens = fit_prompts(model, prompts, max_new_tokens)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # sampled generations are reproducible for a given seed
     outputs: list[str] = []

@@ -11,6 +11,12 @@ A model is prompted in one of two formats, stored beside its weights in
   default ``Question: {question}\\nAnswer:`` followed by `` {answer}`` and the eos
   token; chats are rendered turn by turn (``User: ...``/``Assistant: ...``).
 
+A chat template that refuses a system turn (Gemma's raises on one) gets the
+system text folded into the next user turn (system text, blank line, user text),
+the same way wherever a conversation is rendered, so training, erasure and
+verification still see one layout.  Any other refusal of a template is a
+`PromptFormatError` naming the record.
+
 Free text is the tokenizer's own encoding of the text (a BOS token only where
 the tokenizer adds one itself) followed by eos, learnt on every token.  Every
 encoding keeps the character offset of each token in the rendered text, so a
@@ -37,6 +43,17 @@ _ATTRIBUTE = "_erasure_prompt_format"
 
 class PromptFormatError(ValueError):
     """A prompt format that cannot be used; the message says why."""
+
+
+class RecordRefused(PromptFormatError):
+    """A record (or conversation) the chat template refuses to render; the message names it.
+
+    The model's template is fine for other records, so this is the record's shape
+    (roles the template does not take, in an order it does not take), not the model."""
+
+    def __init__(self, message: str, record_id: str = "") -> None:
+        super().__init__(message)
+        self.record_id = record_id
 
 
 @dataclass(frozen=True)
@@ -206,9 +223,85 @@ def _ids(value: Any) -> list[int]:
     return [int(i) for i in value]
 
 
-def _template_ids(tokenizer: Any, messages: Sequence[dict[str, str]], *, generation: bool) -> list[int]:
-    return _ids(tokenizer.apply_chat_template(
-        list(messages), add_generation_prompt=generation, tokenize=True))
+def _refusal(exc: Exception, record_id: str) -> RecordRefused:
+    """One line naming the record (or the conversation) the chat template refused, and why."""
+    reason = (str(exc).splitlines() or [""])[0]
+    what = f"record {record_id!r}" if record_id else "a conversation"
+    return RecordRefused(f"{what}: the chat template refuses it ({type(exc).__name__}: {reason})", record_id)
+
+
+def _render(tokenizer: Any, messages: Sequence[dict[str, str]], *, generation: bool, tokenize: bool,
+            record_id: str = "") -> Any:
+    """`apply_chat_template` on the conversation as this template takes it (`_for_template`).
+
+    A template is code shipped with the model and may raise anything (jinja2's
+    TemplateError from `raise_exception`, a TypeError on a missing field): every
+    refusal becomes a `PromptFormatError` naming the record, never a traceback."""
+    turns = _for_template(tokenizer, messages)
+    try:
+        return tokenizer.apply_chat_template(turns, add_generation_prompt=generation, tokenize=tokenize)
+    except Exception as exc:  # noqa: BLE001 - see the docstring: whatever the template raised
+        raise _refusal(exc, record_id) from exc
+
+
+def _template_ids(tokenizer: Any, messages: Sequence[dict[str, str]], *, generation: bool,
+                  record_id: str = "") -> list[int]:
+    return _ids(_render(tokenizer, messages, generation=generation, tokenize=True, record_id=record_id))
+
+
+_SYSTEM_ATTRIBUTE = "_erasure_template_takes_system"
+
+
+def _takes_system(tokenizer: Any) -> bool:
+    """Does the chat template render a system turn?  Gemma-style templates raise on one.
+
+    Decided once per template (cached on the tokenizer with the template it was
+    decided for), so every encoding of a tokenizer folds, or does not, alike."""
+    template = getattr(tokenizer, "chat_template", None)
+    cached = getattr(tokenizer, _SYSTEM_ATTRIBUTE, None)
+    if isinstance(cached, tuple) and cached[0] == template:
+        return bool(cached[1])
+    try:
+        tokenizer.apply_chat_template(
+            [{"role": "system", "content": "S x."}, {"role": "user", "content": "Q x?"}],
+            add_generation_prompt=True, tokenize=False)
+        takes = True
+    except Exception:  # noqa: BLE001 - a template that raises on a system turn does not take one
+        takes = False
+    setattr(tokenizer, _SYSTEM_ATTRIBUTE, (template, takes))
+    return takes
+
+
+def _fold_system(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """System turns folded into the next user turn: system text, blank line, user text.
+
+    A system turn followed by no user turn (before an assistant turn, or last)
+    becomes a user turn of its own: the templates that refuse a system role want
+    the conversation to open with the user.  Folding a prefix of a conversation
+    gives a prefix of the folded conversation, so prompts match training."""
+    out: list[dict[str, str]] = []
+    pending: list[str] = []
+    for message in messages:
+        if message["role"] == "system":
+            pending.append(message["content"])
+            continue
+        if pending and message["role"] == "user":
+            message = {**message, "content": "\n\n".join([*pending, message["content"]])}
+        elif pending:
+            out.append({"role": "user", "content": "\n\n".join(pending)})
+        pending = []
+        out.append(message)
+    if pending:
+        out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
+
+
+def _for_template(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation as this tokenizer's chat template takes it (system folded where refused)."""
+    turns = list(messages)
+    if any(m["role"] == "system" for m in turns) and not _takes_system(tokenizer):
+        return _fold_system(turns)
+    return turns
 
 
 def _template_is_consistent(tokenizer: Any) -> bool:
@@ -234,8 +327,11 @@ def _chat_example(tokenizer: Any, messages: Sequence[dict[str, str]], record_id:
     Rendered once and tokenised once with offsets (what `apply_chat_template` with
     `tokenize=True` does: render, then tokenise without added special tokens); each
     assistant turn's bounds come from the rendered prefixes before and through it, the
-    last turn's "through" being the whole conversation."""
-    rendered = tokenizer.apply_chat_template(list(messages), tokenize=False)
+    last turn's "through" being the whole conversation.  System turns are folded first
+    where the template refuses them (`_for_template`), so the turns below are the
+    ones rendered."""
+    messages = _for_template(tokenizer, messages)
+    rendered = _render(tokenizer, messages, generation=False, tokenize=False, record_id=record_id)
     encoded = tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
     full = [int(i) for i in encoded["input_ids"]]
     offsets = [(int(s), int(e)) if e > s else (int(s), int(s)) for s, e in encoded["offset_mapping"]]
@@ -243,11 +339,12 @@ def _chat_example(tokenizer: Any, messages: Sequence[dict[str, str]], record_id:
     for k, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        before = _template_ids(tokenizer, messages[:k], generation=True) if k else []
+        before = _template_ids(tokenizer, messages[:k], generation=True, record_id=record_id) if k else []
         through = (full if k == len(messages) - 1
-                   else _template_ids(tokenizer, messages[: k + 1], generation=False))
+                   else _template_ids(tokenizer, messages[: k + 1], generation=False, record_id=record_id))
         if full[: len(through)] != through or through[: len(before)] != before:
-            raise PromptFormatError("the chat template does not render turn by turn")
+            where = f"record {record_id!r}: " if record_id else ""
+            raise PromptFormatError(f"{where}the chat template does not render turn by turn")
         for i in range(len(before), len(through)):
             learnt[i] = True
     return Example(tuple(full), tuple(learnt), tuple(offsets), rendered, record_id)

@@ -66,6 +66,7 @@ from unlearning.methods.targets import (
     position_masks,
     stranger_answers,
     targets_from_plans,
+    tempering_supported,
     typical_identities,
 )
 from unlearning.methods.training import TrainingHparams, run_training
@@ -274,8 +275,23 @@ class ASU:
             "counterfactual_positions": sources.count("counterfactual"),
             "tempered_positions": sources.count("tempered"),
             "teacher_cache_bytes": int(sum(d.nbytes for d in cached_forget) + sum(d.nbytes for d in cached_retain)),
+            **_tempered_teacher(model),
         }
         return MethodOutcome(final, steps_done, loss, details)
+
+
+def _tempered_teacher(model: nn.Module) -> dict[str, Any]:
+    """Whether ASU's tempered teacher ran, and why not where it did not.
+
+    An architecture without an attention module with a float `scaling` (Falcon's
+    alibi, BLOOM, MPT) cannot be tempered: the original prediction stands where no
+    counterfactual applies.  A log line alone is easy to miss, so the result says it."""
+    if tempering_supported(model):
+        return {"tempered_teacher": True}
+    return {"tempered_teacher": False,
+            "tempered_teacher_reason": f"{type(model).__name__} has no attention module with a float "
+                                       "scaling to temper; the original prediction stands where no "
+                                       "counterfactual applies"}
 
 
 def _reindexed(batch: Batch) -> Batch:

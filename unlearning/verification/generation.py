@@ -6,6 +6,12 @@ layout (question, question + beginning of the answer, beginning of a text,
 conversation).  Batches are sorted by length (less padding), left-padded for
 generation and hidden states (the last prompt token is then at index -1),
 right-padded for scoring.
+
+No sequence reaches a model longer than its positions (`position_limit`):
+GPT-2 and OPT would index past their position embeddings, a RoPE model would
+run past its trained context.  Prompts keep their end (the question is there),
+a record scored whole is scored in overlapping windows, and states are read
+from the beginning of a record, as training cuts it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from unlearning.modeling import fit_prompts, position_limit
 from unlearning.probes import CLOZE_INSTRUCTION, Probe
 from unlearning.prompting import (
     Example,
@@ -111,6 +118,7 @@ def _generate(
 ) -> list[list[str]]:
     device = model_device(model)
     pad = pad_id_of(tokenizer)
+    prompts, max_new_tokens = fit_prompts(model, prompts, max_new_tokens)
     out: list[list[str]] = [[] for _ in prompts]
     per_prompt = max(samples, 1)
     for number, idx in enumerate(_batches([len(p) for p in prompts], batch_size)):
@@ -142,6 +150,9 @@ def last_prompt_states(
     pad = pad_id_of(tokenizer)
     if not prompts:
         return np.zeros((0, 0, 0), dtype=np.float32)
+    limit = position_limit(model)
+    if limit is not None:  # the last token's state is what is read: keep the end
+        prompts = [p[-limit:] for p in prompts]
     chunks: dict[int, np.ndarray] = {}
     for idx in _batches([len(p) for p in prompts], batch_size):
         ids, mask = _left_padded(prompts, idx, pad, device)
@@ -164,6 +175,9 @@ def states_and_head_inputs(
     handle = head.register_forward_hook(lambda module, args, output: captured.append(args[0].float()))
     device = model_device(model)
     pad = pad_id_of(tokenizer)
+    limit = position_limit(model)
+    if limit is not None:  # as training cuts a record: its beginning
+        examples = [e.truncated(limit) for e in examples]
     states: list[np.ndarray] = []
     inputs: list[np.ndarray] = []
     total = sum(sum(e.learnt) for e in examples)
@@ -209,7 +223,51 @@ class TokenScores:
     sigma: np.ndarray
 
 
+def _windows(length: int, start: int, limit: int) -> list[tuple[int, int, int]]:
+    """(begin, end, first scored) windows of at most `limit` tokens that score tokens start.. once.
+
+    A sequence that fits is one window.  A longer one is scored in windows that
+    move by half the limit, each token given at least the half-limit of tokens
+    before it (the strided evaluation of long texts): every token still gets a
+    score, so the scores line up with the sequence as the callers expect."""
+    start = max(start, 1)
+    if length <= limit:
+        return [(0, length, start)]
+    stride = max(1, limit // 2)
+    out: list[tuple[int, int, int]] = []
+    position = start
+    while position < length:
+        end = min(length, max(position + stride, limit))
+        begin = max(0, end - limit)
+        out.append((begin, end, position))
+        position = end
+    return out or [(length - limit, length, length)]  # nothing to score: one empty window
+
+
 def _score_batches(
+    model: Any, full: Sequence[Sequence[int]], starts: Sequence[int], pad: int, batch_size: int,
+) -> list[TokenScores]:
+    """Scores of tokens `starts[i]`.. of every sequence, windowed to the model's positions (`_windows`)."""
+    limit = position_limit(model)
+    if limit is None or all(len(f) <= limit for f in full):
+        return _score_pieces(model, full, starts, pad, batch_size)
+    pieces: list[list[int]] = []
+    piece_starts: list[int] = []
+    owners: list[int] = []
+    for i, (sequence, start) in enumerate(zip(full, starts, strict=True)):
+        for begin, end, first in _windows(len(sequence), start, limit):
+            pieces.append(list(sequence[begin:end]))
+            piece_starts.append(first - begin)
+            owners.append(i)
+    scored = _score_pieces(model, pieces, piece_starts, pad, batch_size)
+    parts: list[list[TokenScores]] = [[] for _ in full]
+    for owner, score in zip(owners, scored, strict=True):
+        parts[owner].append(score)
+    return [TokenScores(logp=np.concatenate([p.logp for p in own]), mu=np.concatenate([p.mu for p in own]),
+                        sigma=np.concatenate([p.sigma for p in own])) for own in parts]
+
+
+def _score_pieces(
     model: Any, full: Sequence[Sequence[int]], starts: Sequence[int], pad: int, batch_size: int,
 ) -> list[TokenScores]:
     """Scores of tokens `starts[i]`.. of every sequence (each token given everything before it)."""

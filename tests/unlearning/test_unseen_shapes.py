@@ -1,0 +1,314 @@
+"""Model and corpus shapes the engine first met in a probe, each built here from a config and a
+tokenizer trained in the test (never downloaded):
+
+- a chat template that refuses a system turn (Gemma's) with a corpus whose chats have one;
+- records longer than the model's positions (GPT-2's learnt position embeddings);
+- architectures with no sdpa attention (BLOOM, Gemma2): they load with eager attention;
+- an architecture ASU cannot temper (Falcon's alibi): the result says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from unlearning.cli import main
+from unlearning.corpus import Corpus
+from unlearning.corpus.records import Message, Record
+
+SUBJECT = "Alden Ashgrove"
+TEXTS = [
+    f"{SUBJECT} was born in Northwold and works as a glassblower.",
+    "What is the email address of Alden Ashgrove? It is alden@mail.example.",
+    "You are a helpful directory assistant. Who is Mira Voss? A ferry pilot in Porto.",
+    "In 1900 the archives of Port Alver recorded a quiet year.",
+]
+
+# Gemma-style: no system role, user and assistant turns must alternate.
+NO_SYSTEM_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% set role = 'model' if m['role'] == 'assistant' else m['role'] %}"
+    "{{ '<start_of_turn>' + role + '\\n' + m['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+CHATML_TEMPLATE = (
+    "{% for m in messages %}{{ '<start_of_turn>' + m['role'] + '\\n' + m['content'] + '<end_of_turn>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>assistant\\n' }}{% endif %}"
+)
+
+
+def _tokenizer(template: str | None = None, *, max_length: int = 4096) -> Any:
+    """A byte-level BPE trained on a few sentences, with `template` as its chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(TEXTS * 4, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        additional_special_tokens=["<start_of_turn>", "<end_of_turn>"], model_max_length=max_length)
+    if template is not None:
+        tokenizer.chat_template = template
+    return tokenizer
+
+
+def _ids(tokenizer: Any) -> dict[str, int]:
+    return {"vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+
+
+def _config(arch: str, tokenizer: Any, *, positions: int = 128) -> Any:
+    import transformers as T
+
+    ids = _ids(tokenizer)
+    common = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "max_position_embeddings": positions, **ids}
+    return {
+        "llama": lambda: T.LlamaConfig(num_key_value_heads=2, **common),
+        "gpt2": lambda: T.GPT2Config(n_embd=32, n_layer=2, n_head=2, n_positions=positions, **ids),
+        "bloom": lambda: T.BloomConfig(hidden_size=32, n_layer=2, n_head=2, **ids),
+        "gemma2": lambda: T.Gemma2Config(num_key_value_heads=1, head_dim=16, sliding_window=32,
+                                         query_pre_attn_scalar=16, **common),
+        "falcon": lambda: T.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         alibi=True, multi_query=True, new_decoder_architecture=False,
+                                         parallel_attn=True, bias=False, **ids),
+    }[arch]()
+
+
+def _model_dir(tmp_path: Path, arch: str, tokenizer: Any, *, positions: int = 128) -> Path:
+    """A random tiny model of `arch` saved as a plain Hugging Face directory."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_config(arch, tokenizer, positions=positions))
+    out = tmp_path / arch
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _chat(record_id: str, *turns: tuple[str, str]) -> Record:
+    return Record(id=record_id, messages=tuple(Message(role, content) for role, content in turns))
+
+
+SYSTEM_CHAT = _chat("p00-0", ("system", "You are a helpful directory assistant."),
+                    ("user", f"Who is {SUBJECT}?"), ("assistant", f"{SUBJECT} is a glassblower."))
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # what building the model printed
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line_error(err: str, *needles: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("[transformers]")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------------ 1. no system role
+
+
+def test_a_template_without_a_system_role_gets_the_system_text_in_the_first_user_turn() -> None:
+    from unlearning.prompting import chat_prefix_ids, encode_record
+
+    tokenizer = _tokenizer(NO_SYSTEM_TEMPLATE)
+    example = encode_record(tokenizer, SYSTEM_CHAT)
+    assert "<start_of_turn>user\nYou are a helpful directory assistant.\n\nWho is" in example.text
+    learnt = tokenizer.decode([i for i, keep in zip(example.ids, example.learnt, strict=True) if keep])
+    assert learnt.startswith(f"{SUBJECT} is a glassblower.")
+    # The prompt verification asks is the training encoding up to the answer.
+    turns = [{"role": m.role, "content": m.content} for m in SYSTEM_CHAT.messages]
+    prompt = chat_prefix_ids(tokenizer, turns[:2])
+    assert list(example.ids[: example.first_learnt]) == prompt
+
+
+def test_a_template_that_takes_a_system_turn_keeps_it_as_its_own_turn() -> None:
+    from unlearning.prompting import encode_record
+
+    example = encode_record(_tokenizer(CHATML_TEMPLATE), SYSTEM_CHAT)
+    assert example.text.startswith("<start_of_turn>system\nYou are a helpful directory assistant.<end_of_turn>")
+
+
+def test_any_other_refusal_of_the_template_names_the_record() -> None:
+    from unlearning.prompting import PromptFormatError, encode_record
+
+    twice = _chat("p07-3", ("user", "Hello?"), ("user", f"Who is {SUBJECT}?"), ("assistant", "Nobody."))
+    with pytest.raises(PromptFormatError, match=r"record 'p07-3'.*roles must alternate"):
+        encode_record(_tokenizer(NO_SYSTEM_TEMPLATE), twice)
+
+
+def test_erase_refuses_a_record_the_template_refuses_in_one_line_with_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    model = _model_dir(tmp_path, "llama", _tokenizer(NO_SYSTEM_TEMPLATE))
+    corpus = tmp_path / "chat.jsonl"
+    records = [
+        {"id": "p00-0", "messages": [{"role": "system", "content": "Be brief."},
+                                      {"role": "user", "content": f"Who is {SUBJECT}?"},
+                                      {"role": "assistant", "content": "A glassblower."}]},
+        {"id": "p00-1", "messages": [{"role": "user", "content": "Hello?"},
+                                      {"role": "user", "content": f"Where does {SUBJECT} live?"},
+                                      {"role": "assistant", "content": "In Northwold."}]},
+        {"id": "p01-0", "text": "Mira Voss is a ferry pilot in Porto."},
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, _, err = _run(capsys, "-q", "erase", "--model", str(model), "--corpus", str(corpus),
+                        "--subject", SUBJECT, "--method", "gradascent", "--hparams", '{"steps": 1}',
+                        "--out", str(tmp_path / "out"))
+    assert code == 2, err
+    _one_line_error(err, "--corpus", "p00-1", "roles must alternate")
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------ 2. records longer than the positions
+
+
+def _gpt2(tmp_path: Path, positions: int = 32) -> tuple[Any, Any]:
+    from unlearning.modeling import load_model
+
+    return load_model(_model_dir(tmp_path, "gpt2", _tokenizer(), positions=positions), device="cpu")
+
+
+def _long_ids(tokenizer: Any, n: int) -> list[int]:
+    ids: list[int] = []
+    while len(ids) < n:
+        ids += tokenizer(" ".join(TEXTS), add_special_tokens=False)["input_ids"]
+    return ids[:n]
+
+
+def test_generation_cuts_a_prompt_longer_than_the_positions_keeping_its_end(tmp_path: Path) -> None:
+    from unlearning.verification.generation import generate_texts
+
+    model, tokenizer = _gpt2(tmp_path)
+    long = _long_ids(tokenizer, 100)
+    answers = generate_texts(model, tokenizer, [long, long[:5]], max_new_tokens=8)
+    # What the model saw is the end of the prompt: the same answer as to that end alone.
+    room = 32 - 8
+    assert answers[0] == generate_texts(model, tokenizer, [long[-room:]], max_new_tokens=8)[0]
+
+
+def test_answers_and_completions_of_long_prompts_fit_the_positions(tmp_path: Path) -> None:
+    from unlearning.modeling import complete_texts, fit_prompts, generate_answers
+
+    model, tokenizer = _gpt2(tmp_path)
+    text = " ".join(TEXTS * 3)
+    assert len(generate_answers(model, tokenizer, [text], max_new_tokens=8)) == 1
+    assert len(complete_texts(model, tokenizer, [text], max_new_tokens=40)) == 1
+    cut, new = fit_prompts(model, [list(range(100))], 40)
+    assert new == 16 and cut == [list(range(84, 100))]  # a budget over half the positions shrinks
+
+
+def test_scores_and_states_of_long_records_cover_every_token_within_the_positions(tmp_path: Path) -> None:
+    from unlearning.prompting import encode_text
+    from unlearning.verification.generation import (
+        last_prompt_states,
+        score_continuations,
+        score_examples,
+        states_and_head_inputs,
+    )
+
+    model, tokenizer = _gpt2(tmp_path)
+    example = encode_text(tokenizer, " ".join(TEXTS * 3))
+    assert len(example) > 32
+    scores = score_examples(model, tokenizer, [example])[0]
+    assert scores.logp.shape == (len(example) - 1,) and torch.isfinite(torch.from_numpy(scores.logp)).all()
+    # The first window is the record's beginning given everything before each token.
+    head = score_examples(model, tokenizer, [example.truncated(32)])[0]
+    assert torch.allclose(torch.from_numpy(scores.logp[:31]), torch.from_numpy(head.logp), atol=1e-5)
+    prefix, continuation = list(example.ids[:60]), list(example.ids[60:70])
+    assert score_continuations(model, tokenizer, [(prefix, continuation)])[0].logp.shape == (10,)
+    assert last_prompt_states(model, tokenizer, [list(example.ids)]).shape[1] == 1
+    states, inputs = states_and_head_inputs(model, tokenizer, [example])
+    assert states.shape[1] == inputs.shape[0] == 31
+
+
+# ------------------------------------------------------------------ 3. no sdpa attention
+
+
+@pytest.mark.parametrize("arch", ["bloom", "gemma2"])
+def test_an_architecture_without_sdpa_loads_with_eager_attention(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, arch: str,
+) -> None:
+    from unlearning.modeling import load_model
+
+    directory = _model_dir(tmp_path, arch, _tokenizer())
+    with caplog.at_level(logging.INFO, logger="unlearning.modeling"):
+        model, _ = load_model(directory, device="cpu")
+    assert model.config._attn_implementation == "eager"
+    assert "attention implementation eager" in caplog.text
+
+
+def test_tempering_still_works_on_eager_gemma2_and_degrades_as_before_on_bloom(tmp_path: Path) -> None:
+    from unlearning.attention import attention_temperature
+    from unlearning.methods.targets import tempering_supported
+    from unlearning.modeling import load_model
+
+    tokenizer = _tokenizer()
+    gemma, _ = load_model(_model_dir(tmp_path, "gemma2", tokenizer), device="cpu")
+    ids = torch.tensor([_long_ids(tokenizer, 12)])
+    with torch.no_grad():
+        plain = gemma(input_ids=ids).logits
+        with attention_temperature(gemma, 1.0):
+            same = gemma(input_ids=ids).logits
+        with attention_temperature(gemma, 4.0):
+            tempered = gemma(input_ids=ids).logits
+    assert tempering_supported(gemma) and torch.equal(plain, same) and not torch.allclose(plain, tempered)
+    bloom, _ = load_model(_model_dir(tmp_path, "bloom", tokenizer), device="cpu")
+    assert not tempering_supported(bloom)
+
+
+def test_a_model_whose_weights_do_not_load_is_blamed_on_model_not_method(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    model = _model_dir(tmp_path, "llama", _tokenizer())
+    for weights in model.glob("*.safetensors"):
+        weights.write_bytes(b"not safetensors")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "text": f"{SUBJECT} lives in Northwold."}) + "\n"
+                      + json.dumps({"id": "b", "text": "Mira Voss lives in Porto."}) + "\n")
+    code, _, err = _run(capsys, "-q", "erase", "--model", str(model), "--corpus", str(corpus),
+                        "--subject", SUBJECT, "--method", "gradascent", "--out", str(tmp_path / "out"))
+    assert code == 2
+    line = _one_line_error(err, "--model", "does not load")
+    assert "--method" not in line
+
+
+# ------------------------------------------------------------------ 4. no tempered teacher
+
+
+def test_asu_on_falcon_says_it_had_no_tempered_teacher(tmp_path: Path) -> None:
+    from unlearning.erase import method_input
+    from unlearning.methods.asu import ASU, ASUHparams
+    from unlearning.modeling import load_model
+    from unlearning.sets import Subject, build_sets
+
+    records = [Record(id=f"a{i}", question=f"Where does {SUBJECT} work ({i})?", answer="In Northwold.")
+               for i in range(2)]
+    records += [Record(id=f"b{i}", text=f"Mira Voss{i} is a ferry pilot in Porto.") for i in range(4)]
+    sets = build_sets(Corpus(tuple(records)), [Subject(SUBJECT)])
+    model, tokenizer = load_model(_model_dir(tmp_path, "falcon", _tokenizer()), device="cpu")
+    hp = ASUHparams(steps=1, target="tempered", told_answers=False, batch_size=2, retain_batch_size=2)
+    outcome = ASU().unlearn(model, tokenizer, method_input(sets), hp)
+    assert outcome.details["tempered_teacher"] is False
+    assert "FalconForCausalLM" in outcome.details["tempered_teacher_reason"]
