@@ -243,6 +243,15 @@ def test_scores_and_states_of_long_records_cover_every_token_within_the_position
     assert states.shape[1] == inputs.shape[0] == 31
 
 
+def test_the_relearning_attack_trains_on_long_records_cut_to_the_positions(tmp_path: Path) -> None:
+    from unlearning.verification.attacks.relearn import RelearnSettings, relearn_curve
+
+    model, tokenizer = _gpt2(tmp_path)
+    records = [Record(id="long", text=" ".join(TEXTS * 3)), Record(id="short", text=TEXTS[0])]
+    curve = list(relearn_curve(model, tokenizer, records, RelearnSettings(budgets=(2,), batch_size=2), seed=0))
+    assert [steps for steps, _ in curve] == [2]
+
+
 # ------------------------------------------------------------------ 3. no sdpa attention
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from unlearning.modeling import position_limit
 from unlearning.prompting import encode_record, pad_examples, pad_id_of
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,9 @@ def relearn_curve(
     """Yield (steps, attacked copy) after each budget; the candidate itself is left untouched."""
     attacked = copy.deepcopy(model)
     device = next(attacked.parameters()).device
-    examples = [encode_record(tokenizer, r) for r in records]
+    limit = position_limit(model)  # a longer record is cut to the positions, as training does
+    examples = [e.truncated(limit) if limit is not None and len(e) > limit else e
+                for e in (encode_record(tokenizer, r) for r in records)]
     pairs = [(list(e.ids), e.labels) for e in examples]
     optimiser = torch.optim.AdamW(
         [p for p in attacked.parameters() if p.requires_grad], lr=settings.lr, weight_decay=0.0)
