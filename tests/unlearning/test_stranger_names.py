@@ -194,3 +194,20 @@ def test_a_value_no_one_else_shows_is_an_identity_a_shared_one_a_value() -> None
     # A unique year becomes another year, never a four-digit number of no kind.
     year = fresh_mapping([Span("1975", "number")], FreshNames(pool=(), seed="y"))["1975"]
     assert year.isdigit() and 1960 <= int(year) <= 1990 and year != "1975"
+
+
+def test_with_a_tokenizer_that_learnt_the_subjects_number_a_fresh_one_costs_as_many_tokens() -> None:
+    # The subject's phone number is frequent in the tokenizer's training text: its digit groups
+    # became tokens; other numbers' digits mostly did not.
+    tokenizer = _word_tokenizer(["7141", "371493", "24", "35", "68", "90", "13"])
+    count = lambda w: len(tokenizer(" " + w, add_special_tokens=False)["input_ids"])  # noqa: E731
+    phone = "+44 7141 371493"
+    spans = [Span(phone, "phone")]
+    wanted = count(phone)
+    by_letters = [fresh_mapping(spans, FreshNames(pool=(), seed=f"p{k}"))[phone] for k in range(6)]
+    by_tokens = [fresh_mapping(spans, FreshNames(pool=(), seed=f"p{k}").with_tokenizer(tokenizer))[phone]
+                 for k in range(6)]
+    gap = lambda values: sum(abs(count(v) - wanted) for v in values)  # noqa: E731
+    assert gap(by_letters) > 0  # the premise: a random number is spelt in more tokens
+    assert gap(by_tokens) < gap(by_letters)
+    assert all(v.startswith("+44 ") and len(v) == len(phone) and v != phone for v in by_tokens)

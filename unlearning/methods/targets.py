@@ -494,7 +494,9 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
                 for t, (j, is_span) in alignment.tokens.items():
                     if not is_span and 0 <= t < n_positions and j < copy_states[0].shape[1]:
                         state_rows[t] = copy_states[0][:, j]
-            ts, js, spans = [], [], []
+            ts: list[int] = []
+            js: list[int] = []
+            spans: list[tuple[int, int, int]] = []
             for i, (j, is_span) in alignment.tokens.items():
                 t = i - 1  # the position that predicts token i
                 if t < 0 or j < 1 or t >= n_positions or j - 1 >= copy_lp.shape[0]:
@@ -518,7 +520,12 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
             count[where] += 1
         if mixed is not None and int(count.max()) > 1:
             mixed = mixed - count.clamp_min(1).double().log().float()[:, None]
-        positions, sources, cf_slots, cf_rows, tempered_slots, tempered_rows = [], [], [], [], [], []
+        positions: list[int] = []
+        sources: list[str] = []
+        cf_slots: list[int] = []
+        cf_rows: list[int] = []
+        tempered_slots: list[int] = []
+        tempered_rows: list[int] = []
         for t in range(n_positions):
             if count[t] > 0 and t + 1 >= plan.first_span:
                 cf_slots.append(len(positions))
