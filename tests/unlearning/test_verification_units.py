@@ -715,3 +715,12 @@ def test_a_control_corpus_is_read_in_either_layout(tiny_corpus_dir: Path, tiny_s
     forget_ids = {r.id for r in tiny_sets.forget}
     assert not forget_ids & {p.record_id for p in bank.retain}  # utility never asks about the subject
     assert not forget_ids & {r.id for r in bank.retain_records}
+
+
+def test_questions_about_names_in_scripts_without_case_share_a_slot() -> None:
+    from unlearning.verification.bank import _question_shape
+
+    shapes = {_question_shape(f"What is the email address of {name}?")
+              for name in ("王伟", "李娜", "محمد العلي", "Alden Ashgrove", "Иван Петров")}
+    assert shapes == {"what is the email address of _"}
+    assert _question_shape("Where was Alden Ashgrove born?") != _question_shape("What pet does 王伟 keep?")
