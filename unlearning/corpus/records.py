@@ -3,7 +3,10 @@
 A record has one of three shapes: free text (`text`), a question/answer pair
 (`question` + `answer`, or the synonyms `prompt` + `response`), or a chat
 (`messages`: a list of `{"role", "content"}` turns; the assistant turns are
-what a model learns).  Optional: an `id`, a grouping field (`doc`, `source` or
+what a model learns).  Two shapes users commonly bring are read as these: Alpaca
+(`instruction`, optional `input`, `output`) as a question/answer pair, and ShareGPT
+(`conversations`: `{"from", "value"}` turns, `SHAREGPT_ROLES`) as a chat; their records
+are those of the native shapes (same digests), so nothing downstream knows them.  Optional: an `id`, a grouping field (`doc`, `source` or
 `thread`: records of one document or conversation), the TOFU extras
 `paraphrased_question`, `paraphrased_answer`, `perturbed_answer` (a string or
 a list of strings), and a `meta` object.  An object that fits no shape raises
@@ -27,12 +30,18 @@ from typing import Any
 
 OPTIONAL_TEXT_FIELDS = ("paraphrased_question", "paraphrased_answer")
 GROUP_FIELDS = ("doc", "source", "thread")
+ALPACA_FIELDS = ("instruction", "input", "output")
 KNOWN_FIELDS = frozenset(
     {"id", "text", "question", "answer", "prompt", "response", "meta", "perturbed_answer",
-     "messages"}
-    | set(OPTIONAL_TEXT_FIELDS) | set(GROUP_FIELDS)
+     "messages", "conversations"}
+    | set(OPTIONAL_TEXT_FIELDS) | set(GROUP_FIELDS) | set(ALPACA_FIELDS)
 )
 SHAPES = ("qa", "text", "chat")
+# ShareGPT speakers (`from`, compared lower-cased) and the chat role each one is.  Any other
+# speaker makes the record a misfit: guessing whether a turn is learnt would train on (or
+# hide) the wrong text.
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "chatgpt": "assistant", "bing": "assistant", "system": "system"}
 
 
 class CorpusError(ValueError):
@@ -188,11 +197,17 @@ def parse_record(path: str | Path, where: str, data: Any, default_id: str) -> Re
         q_name, a_name = "prompt", "response"
     else:
         q_name, a_name = "question", "answer"
+    if question is None and answer is None:
+        question, answer = _alpaca(path, where, data)
+    elif _has_alpaca_pair(data):
+        raise RecordMisfit(path, where, "instruction" if data.get("instruction") is not None else "output",
+                           f"a record holds one question/answer pair: '{q_name}'/'{a_name}' or "
+                           "Alpaca 'instruction'/'output', not both")
     text = _string(path, where, data, "text")
     if (question is None) != (answer is None):
         missing = a_name if answer is None else q_name
         raise RecordMisfit(path, where, missing, "missing (a question needs an answer and vice versa)")
-    messages = _messages(path, where, data.get("messages"))
+    messages = _chat(path, where, data)
     if question is None and text is None and not messages:
         raise RecordMisfit(path, where, "text",
                           "missing: a record needs 'text', 'question'+'answer' or 'messages'")
@@ -238,24 +253,79 @@ def parse_record(path: str | Path, where: str, data: Any, default_id: str) -> Re
     )
 
 
-def _messages(path: str | Path, where: str, raw: Any) -> tuple[Message, ...]:
-    """A chat's turns; each needs a string `role` and a non-empty string `content`."""
+def alpaca_question(instruction: str, given_input: Any) -> str:
+    """An Alpaca record's question: the instruction, then a blank line and the input when
+    there is one (the layout Alpaca's own prompt gives them).  Shared by `parse_record`
+    and `searchable_text_of`, which must see the same text."""
+    if isinstance(given_input, str) and given_input.strip():
+        return f"{instruction}\n\n{given_input}"
+    return instruction
+
+
+def _has_alpaca_pair(data: Mapping[str, Any]) -> bool:
+    return data.get("instruction") is not None or data.get("output") is not None
+
+
+def _alpaca(path: str | Path, where: str, data: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(question, answer) of an Alpaca record, (None, None) for an object without
+    `instruction`/`output`; half a pair or an empty half is a misfit naming the field."""
+    if not _has_alpaca_pair(data):
+        return None, None
+    instruction = _string(path, where, data, "instruction")
+    output = _string(path, where, data, "output")
+    given_input = _string(path, where, data, "input")
+    if instruction is None or output is None:
+        raise RecordMisfit(path, where, "instruction" if instruction is None else "output",
+                           "missing (an Alpaca 'instruction' needs an 'output' and vice versa)")
+    for name, value in (("instruction", instruction), ("output", output)):
+        if not value.strip():
+            raise RecordMisfit(path, where, name, "is empty")
+    return alpaca_question(instruction, given_input), output
+
+
+def _chat(path: str | Path, where: str, data: Mapping[str, Any]) -> tuple[Message, ...]:
+    """A chat's turns, from `messages` or ShareGPT `conversations` (not both: one record,
+    one conversation; a second one would be read by nothing and erased by nobody)."""
+    native, sharegpt = data.get("messages"), data.get("conversations")
+    if native is not None and sharegpt is not None:
+        raise RecordMisfit(path, where, "conversations",
+                           "a record holds one chat: 'messages' or ShareGPT 'conversations', not both")
+    if sharegpt is not None:
+        return _messages(path, where, sharegpt, field_name="conversations", role_key="from",
+                         content_key="value", roles=SHAREGPT_ROLES)
+    return _messages(path, where, native)
+
+
+def _messages(path: str | Path, where: str, raw: Any, *, field_name: str = "messages",
+              role_key: str = "role", content_key: str = "content",
+              roles: Mapping[str, str] | None = None) -> tuple[Message, ...]:
+    """A chat's turns; each needs a string role and a non-empty string content.  With
+    `roles` (ShareGPT) each role is mapped, and one it does not know is a misfit (named
+    by field, not by value: a speaker may be a person's name)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise RecordMisfit(path, where, "messages", "expected a list of {role, content} objects")
+        raise RecordMisfit(path, where, field_name,
+                           f"expected a list of {{{role_key}, {content_key}}} objects")
     turns = []
     for number, turn in enumerate(raw):
         if not isinstance(turn, dict):
-            raise RecordMisfit(path, where, f"messages[{number}]", "expected an object")
-        role, content = turn.get("role"), turn.get("content")
+            raise RecordMisfit(path, where, f"{field_name}[{number}]", "expected an object")
+        role, content = turn.get(role_key), turn.get(content_key)
         if not isinstance(role, str) or not role.strip():
-            raise RecordMisfit(path, where, f"messages[{number}].role", "expected a string")
+            raise RecordMisfit(path, where, f"{field_name}[{number}].{role_key}", "expected a string")
         if not isinstance(content, str) or not content.strip():
-            raise RecordMisfit(path, where, f"messages[{number}].content", "expected a non-empty string")
-        turns.append(Message(role.strip().lower(), content))
+            raise RecordMisfit(path, where, f"{field_name}[{number}].{content_key}",
+                               "expected a non-empty string")
+        role = role.strip().lower()
+        if roles is not None:
+            if role not in roles:
+                raise RecordMisfit(path, where, f"{field_name}[{number}].{role_key}",
+                                   f"unknown speaker (expected one of {', '.join(roles)})")
+            role = roles[role]
+        turns.append(Message(role, content))
     if turns and not any(m.learnt for m in turns):
-        raise RecordMisfit(path, where, "messages", "a chat needs at least one assistant turn")
+        raise RecordMisfit(path, where, field_name, "a chat needs at least one assistant turn")
     return tuple(turns)
 
 
@@ -274,10 +344,16 @@ def searchable_text_of(data: Any) -> str:
     question, answer = get("question"), get("answer")
     if question is None and answer is None:
         question, answer = get("prompt"), get("response")
+    if question is None and answer is None:  # Alpaca, read as `_alpaca` reads it
+        instruction = get("instruction")
+        question = alpaca_question(instruction, get("input")) if isinstance(instruction, str) else None
+        answer = get("output")
     perturbed = get("perturbed_answer")
-    turns = get("messages")
+    turns, content = get("messages"), "content"
+    if turns is None:  # ShareGPT, read as `_chat` reads it
+        turns, content = get("conversations"), "value"
     parts = [question, answer, get("text"),
              *([perturbed] if isinstance(perturbed, str) else perturbed if isinstance(perturbed, list) else []),
              get("paraphrased_question"), get("paraphrased_answer"),
-             *([t.get("content") for t in turns if isinstance(t, dict)] if isinstance(turns, list) else [])]
+             *([t.get(content) for t in turns if isinstance(t, dict)] if isinstance(turns, list) else [])]
     return "\n".join(part for part in parts if isinstance(part, str) and part)

@@ -74,7 +74,10 @@ _LEADING_BLANK = re.compile(rb"[ \t\r\x0b\x0c]*(?:\n|\Z)")
 _BLANK_HINT = re.compile(rb"\n[\n \t\r\x0b\x0c]")
 # Columns whose strings `Record.searchable_text` reads (the rest cannot hold a hit).
 SEARCH_COLUMNS = ("text", "question", "answer", "prompt", "response", "paraphrased_question",
-                  "paraphrased_answer", "perturbed_answer", "messages")
+                  "paraphrased_answer", "perturbed_answer", "messages", "instruction", "input", "output",
+                  "conversations")
+# The text field of a chat column's turns: `messages` {role, content}, ShareGPT {from, value}.
+TURN_TEXT = {"messages": "content", "conversations": "value"}
 
 FORGET_GUESS = 12  # forget records per subject that the first rank threshold is sized for
 Hit = tuple[int, Record, tuple[int, ...]]  # (position, record, subject indices)
@@ -528,9 +531,10 @@ def _record(source: CorpusSource, shard: Shard, where: str, value: Any, ordinal:
 # ------------------------------------------------------------------ Parquet, Arrow
 
 
-def _column_strings(column: Any) -> tuple[list[Any], np.ndarray] | None:
-    """(strings, row of each string) of a column `searchable_text` reads, or None for a
-    type the filter does not know (its rows are then parsed)."""
+def _column_strings(column: Any, turn_text: str = "content") -> tuple[list[Any], np.ndarray] | None:
+    """(strings, row of each string) of a column `searchable_text` reads (of a chat column,
+    its turns' `turn_text` field), or None for a type the filter does not know (its rows are
+    then parsed)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -541,8 +545,8 @@ def _column_strings(column: Any) -> tuple[list[Any], np.ndarray] | None:
         rows = np.asarray(pc.list_parent_indices(column))
         values = pc.list_flatten(column)
         inner = values.type
-        if pa.types.is_struct(inner) and inner.get_field_index("content") >= 0:
-            values = values.field("content")
+        if pa.types.is_struct(inner) and inner.get_field_index(turn_text) >= 0:
+            values = values.field(turn_text)
             inner = values.type
         if pa.types.is_string(inner) or pa.types.is_large_string(inner):
             return values.to_pylist(), rows
@@ -555,7 +559,7 @@ def _columnar_flags(batch: Any, prefilter: Prefilter) -> np.ndarray:
         if name not in batch.schema.names:
             continue
         column = batch.column(name)
-        strings = None if prefilter.scan_all else _column_strings(column)
+        strings = None if prefilter.scan_all else _column_strings(column, TURN_TEXT.get(name, "content"))
         if strings is None:
             flags |= np.asarray(column.is_valid())
             continue

@@ -1,0 +1,252 @@
+"""Alpaca and ShareGPT records: read as question/answer and chat records, and found by set
+building alike by the reference scan, the fast scan and the index.
+
+The fast scan matches `searchable_text_of` on raw JSON values and parses only the lines
+that hit; the index tokenises raw lines (or that same text for lines it parses).  A shape
+whose fields either of them missed would drop a subject's records from the forget set
+without a sound, so the new fields are checked through all three paths.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.scan_fixtures import FILLER, SUBJECTS, TRAPS, saved_bytes
+from unlearning.cli import main
+from unlearning.corpus import Message, Record, RecordMisfit, formats, load_corpus, parse_record
+from unlearning.corpus.index import CorpusIndex, build_index
+from unlearning.corpus.records import searchable_text_of
+from unlearning.sets import Subject, build_sets, build_sets_reference
+
+KEY = b"k" * 32
+DIGEST = "d" * 64
+
+
+def _parse(data: dict[str, object]) -> Record:
+    return parse_record("c.jsonl", "1", data, "rec-0000000")
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def test_an_alpaca_record_is_a_question_and_answer() -> None:
+    record = _parse({"id": "a1", "instruction": "Where does she live?", "input": "Mara Okafor, 1990",
+                     "output": "In Leeds."})
+    assert (record.shape, record.id) == ("qa", "a1")
+    assert record.question == "Where does she live?\n\nMara Okafor, 1990"
+    assert record.answer == "In Leeds."
+    # The same record as the native shape: same digest, same saved form.
+    assert record == _parse({"id": "a1", "question": "Where does she live?\n\nMara Okafor, 1990",
+                             "answer": "In Leeds."})
+
+
+@pytest.mark.parametrize("given", [{}, {"input": ""}, {"input": "  \n"}, {"input": None}])
+def test_an_alpaca_record_without_an_input_asks_the_instruction_alone(given: dict[str, object]) -> None:
+    record = _parse({"instruction": "Name a river.", "output": "The Aire.", **given})
+    assert (record.question, record.answer) == ("Name a river.", "The Aire.")
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"instruction": "Name a river."}, "output"),
+    ({"output": "The Aire.", "input": "x"}, "instruction"),
+    ({"instruction": " ", "output": "The Aire."}, "instruction"),
+    ({"instruction": "Name a river.", "output": ""}, "output"),
+    ({"instruction": "Name a river.", "output": "The Aire.", "input": 3}, "input"),
+    ({"question": "q?", "answer": "a", "instruction": "Name a river.", "output": "The Aire."}, "instruction"),
+])
+def test_a_broken_alpaca_record_is_a_misfit_naming_the_field(data: dict[str, object], field: str) -> None:
+    with pytest.raises(RecordMisfit) as caught:
+        _parse(data)
+    assert caught.value.field == field and "c.jsonl:1" in str(caught.value)
+
+
+def test_a_sharegpt_record_is_a_chat_with_the_roles_mapped() -> None:
+    turns = [("system", "Be brief."), ("human", "Who is Mara?"), ("gpt", "A teacher."), ("user", "Where?"),
+             ("assistant", "Leeds."), ("ChatGPT", "Or York."), ("bing", "Leeds."), (" Human ", "Thanks.")]
+    record = _parse({"id": 7, "thread": "t1", "conversations": [{"from": f, "value": v} for f, v in turns]})
+    assert (record.shape, record.id, record.group, record.group_field) == ("chat", "7", "t1", "thread")
+    assert record.messages == tuple(Message(role, value) for role, (_, value) in zip(
+        ["system", "user", "assistant", "user", "assistant", "assistant", "assistant", "user"], turns,
+        strict=True))
+    native = {"id": 7, "thread": "t1", "messages": [{"role": m.role, "content": m.content}
+                                                      for m in record.messages]}
+    assert record == _parse(native)
+
+
+@pytest.mark.parametrize(("turns", "field"), [
+    ([{"from": "human", "value": "Hi"}, {"from": "narrator", "value": "Mara smiles."}], "conversations[1].from"),
+    ([{"from": "human", "value": "Hi"}, {"from": "gpt", "value": ""}], "conversations[1].value"),
+    ([{"from": "human", "value": "Hi"}, {"role": "assistant", "content": "Hello"}], "conversations[1].from"),
+    ([{"from": "human", "value": "Hi"}], "conversations"),  # no assistant turn
+    ("Hi", "conversations"),
+])
+def test_a_broken_sharegpt_record_is_a_misfit_naming_the_field(turns: object, field: str) -> None:
+    with pytest.raises(RecordMisfit) as caught:
+        _parse({"conversations": turns})
+    assert caught.value.field == field
+
+
+def test_an_unknown_speaker_is_named_by_field_not_by_value() -> None:
+    with pytest.raises(RecordMisfit) as caught:
+        _parse({"conversations": [{"from": "human", "value": "Hi"}, {"from": "Mara Okafor", "value": "Hello"}]})
+    assert "Mara" not in str(caught.value) and "unknown speaker" in str(caught.value)
+
+
+def test_a_record_with_two_chats_is_a_misfit() -> None:
+    with pytest.raises(RecordMisfit) as caught:
+        _parse({"messages": [{"role": "assistant", "content": "a"}],
+                "conversations": [{"from": "gpt", "value": "b"}]})
+    assert caught.value.field == "conversations"
+
+
+def test_searchable_text_of_a_raw_value_is_the_records() -> None:
+    # The fast scan and the index match this text before (or instead of) parsing.
+    for data in _records(random.Random(5), 300):
+        try:
+            record = _parse(data)
+        except RecordMisfit:
+            continue
+        assert searchable_text_of(data) == record.searchable_text(), data
+
+
+# ------------------------------------------------------------------ set building
+
+
+def _records(rng: random.Random, count: int) -> list[dict[str, object]]:
+    """Alpaca, ShareGPT and native records with the traps in every text field (Alpaca
+    `input` and ShareGPT gpt turns included), a name split over instruction and input, and
+    misfits of the new shapes."""
+    records: list[dict[str, object]] = []
+    for i in range(count):
+        def text() -> str:
+            return " ".join(rng.choice(TRAPS) if rng.random() < 0.3 else rng.choice(FILLER)
+                            for _ in range(rng.randint(1, 3)))
+        shape = rng.random()
+        record: dict[str, object]
+        if shape < 0.35:
+            record = {"instruction": text(), "output": text()}
+            if rng.random() < 0.7:
+                record["input"] = rng.choice(["", text(), text()])
+        elif shape < 0.45:
+            record = {"instruction": "Write to Mara", "input": "Okafor about the ferry.", "output": "Done."}
+        elif shape < 0.8:
+            speakers = ["human", "gpt"] + (["system"] if rng.random() < 0.3 else [])
+            rng.shuffle(speakers)
+            record = {"conversations": [{"from": s, "value": text()} for s in speakers]}
+        elif shape < 0.85:
+            record = {"conversations": [{"from": "human", "value": text()}, {"from": "tool", "value": text()}]}
+        elif shape < 0.88:
+            record = {"instruction": text()}  # no output: a misfit
+        else:
+            record = {"text": text()}
+        if rng.random() < 0.8:
+            record["id"] = f"r{i:05d}"
+        if rng.random() < 0.3:
+            record[rng.choice(["doc", "thread"])] = rng.choice(["d1", "d2", "Ünï"])
+        records.append(record)
+    return records
+
+
+def _corpora(root: Path, seed: int) -> dict[str, Path]:
+    rng = random.Random(seed)
+    records = _records(rng, 400)
+    lines = [json.dumps(r, ensure_ascii=rng.random() < 0.4) for r in records]
+    jsonl = root / "c.jsonl"
+    jsonl.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (root / "c.jsonl.gz").write_bytes(gzip.compress(jsonl.read_bytes()))
+    pq.write_table(pa.Table.from_struct_array(pa.array(records)), root / "c.parquet", row_group_size=37)
+    (root / "c.json").write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    return {"jsonl": jsonl, "gzip": root / "c.jsonl.gz", "parquet": root / "c.parquet", "array": root / "c.json"}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_reference_the_scan_and_the_index_give_the_same_sets(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(formats, "BLOCK", 997)  # many block boundaries
+    for name, path in _corpora(tmp_path, seed).items():
+        reference = build_sets_reference(load_corpus(path), SUBJECTS, retain_per_forget=2, seed=seed)
+        kwargs = {"retain_per_forget": 2, "seed": seed, "corpus_digest": reference.corpus_digest}
+        expected = saved_bytes(reference, tmp_path / f"r-{name}")
+        assert saved_bytes(build_sets(path, SUBJECTS, **kwargs), tmp_path / f"s-{name}") == expected, name
+        if name in ("jsonl", "gzip"):
+            build_index(path, tmp_path / f"index-{name}", key=KEY, corpus_digest=DIGEST)
+            index = CorpusIndex.open(tmp_path / f"index-{name}", path, key=KEY, corpus_digest=DIGEST)
+            looked_up = build_sets(path, SUBJECTS, index=index, **kwargs)
+            assert saved_bytes(looked_up, tmp_path / f"i-{name}") == expected, name
+        shapes = {r.shape for r in reference.forget}
+        assert {"qa", "chat"} <= shapes and len(reference.forget) > 40, name
+
+
+SUBJECT = [Subject("Mara Okafor")]
+ONLY_THERE = [
+    {"id": "alpaca-input", "instruction": "Summarise the note.", "input": "Mara Okafor moved to Leeds.",
+     "output": "Someone moved."},
+    {"id": "alpaca-split", "instruction": "Write to Mara", "input": "Okafor about the ferry.", "output": "Done."},
+    {"id": "sharegpt-gpt", "conversations": [{"from": "human", "value": "Who teaches the class?"},
+                                             {"from": "gpt", "value": "MARA OKAFOR does."}]},
+    {"id": "sharegpt-gpt-u", "conversations": [{"from": "human", "value": "Who?"},
+                                               {"from": "gpt", "value": "Zoë says Mara Okafor."}]},
+    {"id": "other", "instruction": "Name a river.", "input": "Leeds", "output": "The Aire."},
+    {"id": "other-chat", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]},
+]
+
+
+@pytest.mark.parametrize("ascii_only", [True, False])
+def test_a_subject_only_in_an_alpaca_input_or_a_gpt_turn_is_found_by_every_path(
+    tmp_path: Path, ascii_only: bool,
+) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=ascii_only) + "\n" for r in ONLY_THERE), encoding="utf-8")
+    reference = build_sets_reference(load_corpus(path), SUBJECT, retain_per_forget=0)
+    scanned = build_sets(path, SUBJECT, retain_per_forget=0, corpus_digest=reference.corpus_digest)
+    build_index(path, tmp_path / "index", key=KEY, corpus_digest=DIGEST)
+    index = CorpusIndex.open(tmp_path / "index", path, key=KEY, corpus_digest=DIGEST)
+    looked_up = build_sets(path, SUBJECT, retain_per_forget=0, index=index, corpus_digest=reference.corpus_digest)
+    wanted = {"alpaca-input", "alpaca-split", "sharegpt-gpt", "sharegpt-gpt-u"}
+    for sets in (reference, scanned, looked_up):
+        assert {r.id for r in sets.forget} == wanted
+    assert saved_bytes(scanned, tmp_path / "s") == saved_bytes(reference, tmp_path / "r") \
+        == saved_bytes(looked_up, tmp_path / "i")
+
+
+def test_a_subject_only_in_a_parquet_gpt_turn_is_found(tmp_path: Path) -> None:
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.Table.from_struct_array(pa.array(ONLY_THERE)), path)
+    reference = build_sets_reference(load_corpus(path), SUBJECT, retain_per_forget=0)
+    scanned = build_sets(path, SUBJECT, retain_per_forget=0, corpus_digest=reference.corpus_digest)
+    assert {r.id for r in scanned.forget} == {r.id for r in reference.forget} >= {"alpaca-input", "sharegpt-gpt"}
+
+
+def test_a_sharegpt_record_with_an_unknown_speaker_is_reported_by_place_and_id(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    rows = ONLY_THERE + [{"id": "odd", "conversations": [{"from": "human", "value": "Hi Mara Okafor"},
+                                                         {"from": "narrator", "value": "Mara Okafor waves."}]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    report = load_corpus(path).report
+    assert report is not None and report.skipped_count == 1
+    line = report.skipped[0].line()
+    assert line.startswith("c.jsonl:7 (id 'odd'): field 'conversations[1].from': unknown speaker")
+    assert "Mara" not in line and "narrator" not in line
+    # Not a hit of any path either: a misfit is no record.
+    assert "odd" not in {r.id for r in build_sets(path, SUBJECT, retain_per_forget=0).forget}
+
+
+def test_build_sets_reads_an_alpaca_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "alpaca.jsonl"
+    rows = [r for r in ONLY_THERE if "instruction" in r] + [{"id": "half", "instruction": "Mara Okafor?"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert main(["build-sets", "--corpus", str(path), "--subject", "Mara Okafor", "--out", str(tmp_path / "sets"),
+                 "--retain-per-forget", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "1 item(s) fit no record shape" in err and "alpaca.jsonl:4 (id 'half'): field 'output'" in err
+    forget = [json.loads(line) for line in (tmp_path / "sets" / "forget.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in forget} == {"alpaca-input", "alpaca-split"}
+    assert forget[0]["question"] == "Summarise the note.\n\nMara Okafor moved to Leeds."
