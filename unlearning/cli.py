@@ -267,6 +267,13 @@ def _build_sets(args: argparse.Namespace) -> Any:
     return sets
 
 
+def _warn_about_sets(sets: Any) -> None:
+    """The sets' warnings on stderr, one line each (subjects by number: names are personal
+    data), before anything is erased: a common one-word name pulls in other people's records."""
+    for warning in sets.warnings:
+        print(f"warning: --subject: {warning}", file=sys.stderr)
+
+
 def _refused(exc: ValueError, models: dict[str, Path]) -> ArgumentError:
     """The argument a ValueError from the library is about, with its first line.
 
@@ -356,6 +363,7 @@ def _cmd_train_base(args: argparse.Namespace, progress: Any) -> int:
 
 def _cmd_build_sets(args: argparse.Namespace, progress: Any) -> int:
     sets = _build_sets(args)
+    _warn_about_sets(sets)
     sets.save(args.out)
     counts = sets.counts()
     print(f"forget {counts['forget']}, retain {counts['retain']}, probes {counts['probes']}; "
@@ -402,6 +410,7 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
     except ValueError as exc:
         raise ArgumentError("--processes", str(exc)) from exc
     sets = _build_sets(args)
+    _warn_about_sets(sets)
     from unlearning.erase import erase  # lazily: the CLI works before the methods land
 
     try:

@@ -21,6 +21,13 @@ A loaded `Corpus` is handled in memory by the reference implementation
 `unlearning.probes.build_probes`.  Every set is pinned by the Merkle root of its record
 digests.  Subjects that match nothing are listed in `unmatched`; callers must refuse to
 certify them.
+
+Matching ignores case (a name written "MARA OKAFOR" or "mara okafor" is still hers), so a
+subject whose name or alias is one common word ("Will", "May", "Rose") also matches that
+word in everyone else's records ("Alice will move to Porto").  The sets keep that recall
+but say so: `lower_case_only` counts, per subject, the forget records in which a one-word
+name occurs only in a lower-case form unlike the one given, and `warnings` words it (by
+subject number and count, never by name or text) for the CLI and the manifest.
 """
 
 from __future__ import annotations
@@ -127,6 +134,25 @@ class ErasureSets:
         return tuple(s for s, n in zip(self.subjects, self.match_counts, strict=True) if n == 0)
 
     @cached_property
+    def lower_case_only(self) -> tuple[int, ...]:
+        """Per subject, the forget records in which one of its one-word names occurs only
+        in a lower-case form unlike the name as given ("will" for "Will"): records a common
+        word may have pulled in, about other people (`lower_case_only_records`)."""
+        return tuple(len(lower_case_only_records(subject, index, self.forget, self.record_subjects))
+                     for index, subject in enumerate(self.subjects))
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What a person should check before erasing: one line per subject whose one-word
+        name matched records only in lower case.  Numbers only (1-based, as the CLI names
+        subjects): the name and the records' text are personal data."""
+        return tuple(
+            f"subject #{index + 1}: {count} forget record(s) hold a one-word name of this subject only in "
+            "lower case (a common word, matched because matching ignores case); they may be about "
+            "someone else: check them before erasing"
+            for index, count in enumerate(self.lower_case_only) if count)
+
+    @cached_property
     def forget_digest(self) -> str:
         return merkle_root(record_digest(r) for r in self.forget)
 
@@ -146,13 +172,14 @@ class ErasureSets:
                 "per_subject_group": list(self.group_counts or (0,) * len(self.match_counts)),
                 "forget_direct": len(self.forget) - len(self.group_only),
                 "forget_group": len(self.group_only),
-                "unmatched": [i for i, n in enumerate(self.match_counts) if n == 0]}
+                "unmatched": [i for i, n in enumerate(self.match_counts) if n == 0],
+                "per_subject_lower_case_only": list(self.lower_case_only)}
 
     def manifest(self) -> dict[str, Any]:
         """Digests and counts only: safe for logs, jobs and certificates (no names)."""
         return {"forget_digest": self.forget_digest, "retain_digest": self.retain_digest,
                 "probes_digest": self.probes_digest, "corpus_digest": self.corpus_digest,
-                "counts": self.counts(), "params": self.params}
+                "counts": self.counts(), "params": self.params, "warnings": list(self.warnings)}
 
     def to_payload(self) -> dict[str, Any]:
         """Everything the sets hold as one JSON-ready dict (names included: keep it private)."""
@@ -242,6 +269,38 @@ class ErasureSets:
         )
         sets._check(manifest, str(root))
         return sets
+
+
+def one_word_names(subject: Subject) -> tuple[str, ...]:
+    """The subject's name and aliases that are one word (no whitespace inside)."""
+    names = (name.strip() for name in (subject.name, *subject.aliases))
+    return tuple(dict.fromkeys(name for name in names if name and len(name.split()) == 1))
+
+
+def lower_case_only_records(subject: Subject, index: int, forget: Sequence[Record],
+                            record_subjects: dict[str, tuple[int, ...]]) -> tuple[str, ...]:
+    """Ids of the forget records of subject `index` in which one of its one-word names
+    occurs (on word boundaries, as written up to case) and every occurrence is lower case
+    and unlike the name as given.  A name given in lower case never counts (its
+    occurrences are the name itself); neither does a record that also writes it as given
+    or capitalised ("Will"), which is read as naming the person.  Found in the records'
+    text as written: an occurrence that matched only after normalisation (accents, width)
+    is not looked for."""
+    patterns = [(name, re.compile(r"(?<![^\W_])" + re.escape(name) + r"(?![^\W_])", re.IGNORECASE))
+                for name in one_word_names(subject)]
+    if not patterns:
+        return ()
+    found = []
+    for record in forget:
+        if index not in record_subjects.get(record.id, ()):
+            continue
+        text = record.searchable_text()
+        for name, pattern in patterns:
+            seen = [m.group() for m in pattern.finditer(text)]
+            if seen and all(word == word.lower() and word != name for word in seen):
+                found.append(record.id)
+                break
+    return tuple(found)
 
 
 def match_records(
