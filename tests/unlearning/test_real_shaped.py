@@ -116,3 +116,6 @@ def test_a_gpt2_model_with_a_byte_level_tokenizer_forgets_a_person_of_a_free_tex
         judged = [c for c in report["checks"] if c["metric"] == metric]  # both sides where two-sided
         assert judged and all(c["passed"] for c in judged), (metric, judged)
     assert report["metrics"]["leakage.forget"] < base["metrics"]["leakage.forget"]
+    # Free text has no question to calibrate plausibility on: the report says what fluency judged.
+    assert "fluency.plausibility_limit_nats" not in report["metrics"]
+    assert any(n.startswith("fluency about the subject: no question or chat probes") for n in report["notes"])

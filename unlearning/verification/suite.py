@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import time
 from collections import OrderedDict
@@ -519,6 +520,11 @@ def _run_families(
         m["utility.ppl_ratio"] = ratio(ppl, base.ppl)
     with clock.check("fluency"):
         _fluency_family(m, cand, base, bank, s, greedy_f, greedy_c)
+        if not math.isfinite(base.fluency_limit):
+            # Free text only: no question or chat answer to learn what a fluent answer costs.
+            m.pop("fluency.plausibility_limit_nats", None)
+            clock.notes.append("fluency about the subject: no question or chat probes to calibrate "
+                               "plausibility on; only empty and looping answers count as gibberish")
     if not s.attacks:
         for metric in ("attack.relearn_recovery", "attack.quant_leakage", "attack.quant4_leakage",
                        "attack.pressure_leakage"):
