@@ -296,13 +296,15 @@ def create_request(request: HttpRequest, body: RequestIn) -> Status[dict[str, An
     visible(body.notes, "notes", multiline=True)
     received = datetime.combine(body.received_at, time(0), tzinfo=UTC)
     with domain_session() as session:
+        # The filing is all this transaction writes: it commits with its last round trip.
         filed = request_submission(session, actor=actor, actor_id=request.user.pk, name=body.name, aliases=body.aliases,
                                    emails=body.emails, ground=body.ground, received_at=received,
-                                   model_name=body.model_name, priority=body.priority, notes=body.notes)
-        # A request just filed has no job and no certificate yet: answer from the row
-        # in hand instead of reading it back (the service already matched earlier ones).
-        return Status(201, _request_json(filed.request, model_name=body.model_name,
-                                         earlier=[r.reference for r in filed.earlier]))
+                                   model_name=body.model_name, priority=body.priority, notes=body.notes,
+                                   commit=True)
+    # A request just filed has no job and no certificate yet: answer from the row in hand
+    # instead of reading it back (the service already matched earlier ones).
+    return Status(201, _request_json(filed.request, model_name=body.model_name,
+                                     earlier=[r.reference for r in filed.earlier]))
 
 
 @api.get("/requests/{reference}", response={200: RequestOut, **ERRORS}, tags=["requests"])

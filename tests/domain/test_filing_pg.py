@@ -104,6 +104,41 @@ def test_an_unknown_model_takes_no_number_and_writes_nothing(session: Session) -
     assert session.execute(select(func.count()).select_from(AuditEvent)).scalar_one() == events
 
 
+def test_a_filing_asked_to_commit_is_committed_with_its_writes(tmp_path: Path) -> None:
+    """commit=True (the API's filing): the COMMIT goes with the writes, so the row locks
+    are released by the server; the caller's own commit afterwards has nothing to do, and
+    a refused filing still writes nothing."""
+    url = fresh_database_url("erasure_filing_commit")
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            register_model(session, tmp_path / "own")  # tmp_path holds the module's model
+        with session_scope(engine) as session:
+            filed = request_submission(session, actor=SUBMITTER, name="Mara Okafor", ground="17(1)(b)",
+                                       received_at=datetime(2026, 11, 2, tzinfo=UTC), model_name="demo",
+                                       now=datetime(2026, 11, 3, tzinfo=UTC), commit=True)
+            driver = session.connection().connection.driver_connection
+            assert driver is not None and driver.info.transaction_status.name == "IDLE"
+            with engine.connect() as other:  # another connection sees it before the block ends
+                from sqlalchemy import text
+
+                assert other.execute(text("SELECT count(*) FROM erasure_requests")).scalar_one() == 1
+                assert other.execute(text("SELECT seq FROM chain_heads WHERE name = 'audit'")).scalar_one() == 4
+            assert filed.request.reference == "ER-2026-00001" and filed.request.status == "submitted"
+        with session_scope(engine) as session, pytest.raises(ValidationError):
+            request_submission(session, actor=SUBMITTER, name="Someone", ground="17(1)(b)",
+                               received_at=datetime(2026, 11, 2, tzinfo=UTC), model_name="no-such-model",
+                               now=datetime(2026, 11, 3, tzinfo=UTC), commit=True)
+        with session_scope(engine) as session:
+            assert session.execute(select(func.count()).select_from(AuditEvent)).scalar_one() == 4
+            assert session.execute(select(ReferenceCounter.last)).scalar_one() == 1
+            verdict = audit_verify(session)
+            assert verdict.ok and verdict.checked == 4
+    finally:
+        engine.dispose()
+        drop_database(url)
+
+
 def test_the_very_first_event_of_a_fresh_database_starts_the_chain() -> None:
     url = fresh_database_url("erasure_filing")
     engine = make_engine(url)

@@ -86,9 +86,18 @@ def request_submission(
     priority: str = "batch",
     notes: str = "",
     now: datetime | None = None,
+    commit: bool = False,
 ) -> Submission:
     """File a request; the earlier matches come back too, so a caller that shows them
-    need not run the blind-index look-up a second time."""
+    need not run the blind-index look-up a second time.
+
+    ``commit=True`` commits the caller's transaction as the filing's last step, for a
+    caller that writes nothing else in it (the API): on PostgreSQL the COMMIT then goes
+    in the same round trip as the writes, so the two row locks every filing takes (the
+    reference counter and the audit head) are released by the server, not after the
+    client has woken up, read the writes' answer and sent a COMMIT of its own.  The
+    caller's ``session_scope`` commit that follows has nothing left to do.
+    """
     now = now or utcnow()
     name = " ".join(name.split())
     if not name:
@@ -111,7 +120,7 @@ def request_submission(
     if session.get_bind().dialect.name == "postgresql":
         return _submission_pg(session, actor=actor, actor_id=actor_id, identifiers=identifiers,
                               ground=ground, received_at=received_at, model_name=model_name,
-                              priority=priority, now=now)
+                              priority=priority, now=now, commit=commit)
     model = session.execute(select(Model).where(Model.name == model_name)).scalar_one_or_none()
     if model is None:
         raise ValidationError("model_name", "no such registered model")
@@ -158,6 +167,8 @@ def request_submission(
             "earlier_requests": [r.reference for r in earlier],
         },
     )
+    if commit:
+        session.commit()
     return Submission(request=request, earlier=tuple(earlier))
 
 
@@ -166,9 +177,10 @@ def request_submission(
 # trips instead of eight awaited statements.  The first asks everything that needs no
 # input from the database's answers, and takes both row locks (reference counter, then
 # audit head: the order the ORM path takes them in) if, and only if, the model exists;
-# the second writes.  So the locks are held for one round trip and the commit, not for
-# the whole filing: concurrent filings queue on them for less time.  The request's id
-# comes from its own sequence, as an INSERT would take it.
+# the second writes (and, with ``commit=True``, commits).  So the locks are held for one
+# round trip and the commit, not for the whole filing: concurrent filings queue on them
+# for less time.  The new row's ORM object is made after the second round trip.  The
+# request's id comes from its own sequence, as an INSERT would take it.
 _PG_MODEL_EXISTS = "EXISTS (SELECT 1 FROM models WHERE name = %s)"
 # The model, the next reference number (counted only if the model exists) and the
 # request ids the blind index matches, in one statement.  The model row is taken FOR KEY
@@ -204,6 +216,7 @@ def _pg_insert_request(index_rows: int) -> str:
 def _submission_pg(
     session: Session, *, actor: str, actor_id: int | None, identifiers: SubjectIdentifiers,
     ground: str, received_at: datetime, model_name: str, priority: str, now: datetime,
+    commit: bool,
 ) -> Submission:
     import psycopg
     from sqlalchemy.exc import DBAPIError
@@ -264,6 +277,9 @@ def _submission_pg(
                     "earlier_requests": [r.reference for r in earlier],
                 },
             )
+            if commit:  # in this round trip: the server releases the locks at once
+                statement = "COMMIT"
+                driver.commit()
         created_id = insert.fetchone()
         if created_id is None:  # pragma: no cover - the INSERT returns its row
             raise RuntimeError("the new request's row came back empty")
@@ -271,6 +287,8 @@ def _submission_pg(
         raise DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
     # The row as the ORM would hold it after its own INSERT: persistent in this session,
     # every column loaded.
+    if commit:
+        session.commit()  # the session's own bookkeeping: the driver has committed already
     request = ErasureRequest(id=created_id[0], **values)
     make_transient_to_detached(request)
     session.add(request)
