@@ -98,3 +98,60 @@ def test_the_walk_agrees_with_the_hash_in_any_session_zone_and_for_early_years()
     finally:
         engine.dispose()
         drop_database(url)
+
+
+# The PostgreSQL walk reads each event's time as text the database writes (to_char in
+# UTC) for years 1000-9999 and as a timestamp otherwise: both must give canonical_time's
+# bytes, at the range's edges too.
+EDGE_TIMES = (
+    datetime(999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),  # the last moment read as a timestamp
+    datetime(1000, 1, 1, tzinfo=UTC),  # the first moment read as text
+    datetime(1970, 1, 1, tzinfo=UTC),
+    datetime(2024, 2, 29, 23, 59, 59, 1, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+    datetime(2026, 10, 25, 2, 30, 0, 100000, tzinfo=timezone(timedelta(hours=-9, minutes=-30))),
+    datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+)
+
+
+def test_the_database_writes_each_time_as_canonical_time_does() -> None:
+    from sqlalchemy import text
+
+    from deletion.domain.audit import _PG_BATCH
+
+    url = fresh_database_url("audit_time_text_test")
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as db:
+            for at in EDGE_TIMES:
+                audit_append(db, actor="system:test", action="t.e", object_type="t", object_ref="edge", at=at)
+        for zone in ("UTC", "Pacific/Chatham"):
+            with session_scope(engine) as db:
+                db.execute(text(f"SET LOCAL TimeZone = '{zone}'"))
+                driver = db.connection().connection.driver_connection
+                rows = driver.execute(_PG_BATCH, (1, 100, 100)).fetchall()
+                written = [(at_text, at) for _, at_text, at, *_ in rows]
+                assert [t if t is not None else canonical_time(a) for t, a in written] == [
+                    canonical_time(at) for at in EDGE_TIMES]
+                assert written[0][0] is None and all(t is not None for t, _ in written[1:])
+                verdict = audit_verify(db, batch_size=2)
+                assert (verdict.ok, verdict.checked) == (True, len(EDGE_TIMES)), (zone, verdict)
+    finally:
+        engine.dispose()
+        drop_database(url)
+
+
+def test_a_walk_that_stops_early_leaves_the_session_usable(session: Session) -> None:
+    """A walk that finds a bad row has asked for the next batch already (PostgreSQL); the
+    session must be out of the driver's pipeline and usable when the verdict comes back."""
+    from sqlalchemy import text
+
+    session.execute(text("SET LOCAL session_replication_role = replica"))  # superuser: triggers off
+    session.execute(text("UPDATE audit_events SET object_ref = 'moved' WHERE seq = 3"))
+    for size in (2, 5, 100):
+        verdict = audit_verify(session, batch_size=size)
+        assert (verdict.ok, verdict.first_bad_seq, verdict.checked) == (False, 3, 2), size
+        assert session.execute(text("SELECT count(*) FROM audit_events")).scalar_one() == 25
+        driver = session.connection().connection.driver_connection
+        assert driver is not None and driver.info.pipeline_status.name == "OFF"
+    session.rollback()
+    assert audit_verify(session, batch_size=4).ok
