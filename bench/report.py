@@ -476,8 +476,7 @@ METHODS_NOTE = [
     "filesystem broker) with the coordinator only waiting.  10 GB is extrapolated linearly from the larger corpus.",
     "- **Time to certificate**: `python -m workers.embedded demo` in a private `VAR_DIR` holding the "
     "benchmark's own corpus and base model; stage boundaries are the audit trail's timestamps.",
-    "- **Service**: gunicorn (`deletion.wsgi`) on a fresh PostgreSQL database, `wrk -t2 --latency` after 2 s "
-    "of uncounted load on the trivial endpoint (so that every worker has started); every "
+    "- **Service**: gunicorn (`deletion.wsgi`) on a fresh PostgreSQL database, `wrk -t2 --latency`; every "
     "created request names a new subject.  The audit chain is bulk-loaded with COPY using the domain's "
     "own hash function, then `audit_verify` walks it; a keyed seal is then placed 1,000 events before the head "
     "and `audit_seals_verify` (the check pages and the sealer run) is timed and its rows counted.  The "

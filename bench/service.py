@@ -52,7 +52,6 @@ WRK = shutil.which("wrk") or "/usr/bin/wrk"
 # Goals of issue 15 (the service under load), printed beside the figures.
 GOALS = {"create_vs_trivial": 0.5, "create_p99_ms": 50.0, "audit_events_per_s": 100_000.0}
 TAIL = 1000
-WARMUP_S = 2  # wrk on the trivial endpoint before either figure is measured
 CERTIFICATE_TAIL = 100
 MAX_CERTIFICATES = 20_000
 
@@ -173,13 +172,8 @@ def api_throughput(settings: BenchSettings, *, work: Path, console: Console) -> 
         try:
             base = f"http://127.0.0.1:{port}"
             _wait_ready(base + "/healthz", process)
-            # The first answer comes from the first worker ready; the others may still be
-            # loading the URLconf (seconds), and a trivial figure measured then was a
-            # third of a warm one.  Both figures are of warm workers.
-            with console.task(f"warm-up: wrk GET /healthz ({WARMUP_S} s, not counted)"):
-                _wrk(base + "/healthz", seconds=WARMUP_S, connections=settings.wrk_connections)
             out: dict[str, Any] = {"gunicorn_workers": settings.gunicorn_workers, "seconds": settings.wrk_seconds,
-                                   "connections": settings.wrk_connections, "warmup_s": WARMUP_S}
+                                   "connections": settings.wrk_connections}
             with console.task(f"wrk GET /healthz ({settings.wrk_seconds} s)"):
                 out["trivial"] = _wrk(base + "/healthz", seconds=settings.wrk_seconds,
                                       connections=settings.wrk_connections)
