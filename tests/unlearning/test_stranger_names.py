@@ -79,7 +79,7 @@ def test_organisation_names_are_no_name_parts() -> None:
     records = [Record(id=f"r{k}", text=f"She joined Lodestar Insurance in {2000 + k}, then Meadowlark Studios.")
                for k in range(4)]
     assert not [e for e in name_parts_of(records) if e.split(":")[-1] in {"Lodestar", "Meadowlark"}
-                and not e.startswith("seen:")]
+                and not e.startswith(("seen:", "words:"))]
 
 
 def _crowd_records(lines: list[str]) -> list[Record]:
@@ -211,3 +211,25 @@ def test_with_a_tokenizer_that_learnt_the_subjects_number_a_fresh_one_costs_as_m
     assert gap(by_letters) > 0  # the premise: a random number is spelt in more tokens
     assert gap(by_tokens) < gap(by_letters)
     assert all(v.startswith("+44 ") and len(v) == len(phone) and v != phone for v in by_tokens)
+
+
+def test_a_stranger_for_a_name_no_record_writes_is_a_one_token_word_no_record_writes() -> None:
+    # The tokenizer learnt the subject's name as one token, and so other people's names and
+    # words the retained records never write.  A model trained without the subject met the
+    # token of its name never: a stranger's name part must be a token met as rarely, not one
+    # of other people's names that the records write again and again.
+    others = [("Brenna", "Fairlie"), ("Osric", "Tallow"), ("Maelis", "Corrib"), ("Dunstan", "Vell"),
+              ("Ysolde", "Marrack"), ("Caddoc", "Penhal"), ("Elowen", "Treves"), ("Garvan", "Hollis")]
+    unwritten = ["Corvin", "Tamsin", "Halder", "Mirela", "Quillon", "Dervla", "Oswin", "Perrin", "Sorcha",
+                 "Wendric"]
+    records = [Record(id=f"{a}{k}", text=f"{a} {b} wrote to {a} {b} again.") for a, b in others for k in range(3)]
+    tokenizer = _word_tokenizer(["Alden", "Ashgrove"] + [w for pair in others for w in pair] + unwritten)
+    count = lambda w: len(tokenizer(" " + w, add_special_tokens=False)["input_ids"])  # noqa: E731
+    assert count("Alden") == 1 and all(count(w) == 1 for w in unwritten)  # the premise
+    written = {w for pair in others for w in pair} | {"wrote", "to", "again"}
+    names = FreshNames(pool=name_parts_of(records), avoid=avoid_set([Subject("Alden Ashgrove")]), seed="u")
+    matched = {names.with_tokenizer(tokenizer).part("Alden", f"k{k}", "first") for k in range(30)}
+    assert len(matched) >= 3
+    assert all(count(w) == 1 for w in matched)
+    assert not matched & written
+    assert not any("alden".startswith(w.casefold()) or w.casefold().startswith("ald") for w in matched)
