@@ -234,7 +234,7 @@ class FreshNames:
         subject predicts it from the population, and a stranger's must be as familiar);
         None when `like` is the subject's own (then a fresh one is as unfamiliar)."""
         shown = self._parts.values.get(kind, ())
-        if like.casefold() not in {v.casefold() for v in shown}:
+        if not self.shows_value(kind, like):
             return None
         shape = _shape(like, kind)
         same = sorted({v for v in shown if _shape(v, kind) == shape and v.casefold() != like.casefold()
@@ -243,7 +243,7 @@ class FreshNames:
 
     def shows_value(self, kind: str, value: str) -> bool:
         """Do other people's records show this value (``value:`` entries of the pool)?"""
-        return value.casefold() in {v.casefold() for v in self._parts.values.get(kind, ())}
+        return value.casefold() in self._parts.folded_values(kind)
 
     def _seen_like(self, role: str | None) -> list[str]:
         """Name parts the records show, in `role` where there are enough of them."""
@@ -308,7 +308,7 @@ class FreshNames:
         assert tokens is not None
         out: dict[int, int] = {}
         words = self._parts.words
-        for word, ids in zip(words, tokens.ids_of(list(words))):
+        for word, ids in zip(words, tokens.ids_of(list(words)), strict=True):
             n = words[word]
             for i in ids:
                 out[i] = out.get(i, 0) + n
@@ -367,6 +367,14 @@ class _PoolParts:
     pairs: frozenset[str] = frozenset()  # full names the records show, casefolded
     email_words: frozenset[str] = frozenset()  # words many e-mail local parts write, casefolded
     words: Mapping[str, int] = field(default_factory=dict)  # runs of letters -> occurrences
+    _folded: dict[str, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
+
+    def folded_values(self, kind: str) -> frozenset[str]:
+        """The values of `kind` the records show, casefolded (built once per kind: every span
+        of every stranger asks)."""
+        if kind not in self._folded:
+            self._folded[kind] = frozenset(v.casefold() for v in self.values.get(kind, ()))
+        return self._folded[kind]
 
     @classmethod
     def of(cls, pool: Sequence[str]) -> _PoolParts:
@@ -491,7 +499,7 @@ class WordTokens:
         if todo:
             encoded = self.tokenizer([" " + w for w in todo], add_special_tokens=False)
             batch = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-            for word, ids in zip(todo, batch):
+            for word, ids in zip(todo, batch, strict=True):
                 self._ids[word] = tuple(ids)
         return [self._ids[w] for w in words]
 
@@ -512,7 +520,7 @@ class WordTokens:
                     if len(word) >= 3 and word.isalpha() and word[0].isupper() and word[1:].islower():
                         found.append((i, word))
             ids = self.ids_of([w for _, w in found])
-            self._vocabulary = [w for (i, w), got in zip(found, ids) if got == (i,)]
+            self._vocabulary = [w for (i, w), got in zip(found, ids, strict=True) if got == (i,)]
         return self._vocabulary
 
 
@@ -528,7 +536,7 @@ def _band(occurrences: int) -> int:
 def _familiarity_cost(want: tuple[int, ...], got: tuple[int, ...]) -> int:
     """How far apart two words' familiarity (`FreshNames._familiarity`) is: four per token
     more or fewer, and the distance of the bands token by token."""
-    return 4 * abs(len(want) - len(got)) + sum(abs(a - b) for a, b in zip(want, got))
+    return 4 * abs(len(want) - len(got)) + sum(abs(a - b) for a, b in zip(want, got, strict=False))  # the shorter's length: the rest is in the count
 
 
 def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:

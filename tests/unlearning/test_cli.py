@@ -7,18 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from unlearning.cli import main
+from tests.cli_run import run_cli as _run
 from unlearning.corpus import load_corpus
 from unlearning.demo.corpus import load_people
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:  # argparse errors
-        code = int(exit_.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _one_line_error(err: str, *needles: str) -> None:

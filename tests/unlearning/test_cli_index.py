@@ -7,17 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_run import run_cli as _run
 from tests.scan_fixtures import trap_records, write_jsonl
-from unlearning.cli import main
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _files(folder: Path) -> dict[str, bytes]:

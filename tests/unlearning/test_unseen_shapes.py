@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from unlearning.cli import main
+from tests.cli_run import run_cli as _run
 from unlearning.corpus import Corpus
 from unlearning.corpus.records import Message, Record
 
@@ -108,14 +108,6 @@ SYSTEM_CHAT = _chat("p00-0", ("system", "You are a helpful directory assistant."
                     ("user", f"Who is {SUBJECT}?"), ("assistant", f"{SUBJECT} is a glassblower."))
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()  # what building the model printed
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _one_line_error(err: str, *needles: str) -> str:
