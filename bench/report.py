@@ -380,6 +380,9 @@ def _shapes(shapes: Any) -> list[str]:
             if name not in case:
                 continue
             r = case[name]
+            if "refused" in r:
+                rows.append(["", "", name, f"refused: {r['refused']}", *["-"] * 8])
+                continue
             m = r["metrics"]
             rows.append([
                 key if name == "base" else "", fmt(case["memorised"]["accuracy"]) if name == "base" else "", name,

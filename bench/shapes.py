@@ -79,9 +79,13 @@ def run_case(shape: str, arch: str, style: str, *, work: Path, console: Console,
     candidates = {"base": work / "base", "oracle": work / "oracle"}
     for label, method, hparams in CANDIDATES:
         started = time.perf_counter()
-        with console.task(f"{shape}/{arch}: erase with {label}") as progress:
-            candidates[label] = erase(work / "base", sets, method=method, out_dir=work / label,
-                                      hparams=dict(hparams), progress=progress).out_dir
+        try:
+            with console.task(f"{shape}/{arch}: erase with {label}") as progress:
+                candidates[label] = erase(work / "base", sets, method=method, out_dir=work / label,
+                                          hparams=dict(hparams), progress=progress).out_dir
+        except ValueError as refusal:  # the method's own refusal (a user would get it as a 4xx / exit 2)
+            out[label] = {"refused": str(refusal)}
+            console.say(f"{shape}/{arch}: {label} refused: {refusal}")
         out["seconds"][f"erase_{label}"] = round(time.perf_counter() - started, 1)
     for name, candidate in candidates.items():
         started = time.perf_counter()

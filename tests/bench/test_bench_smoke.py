@@ -103,7 +103,8 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
                        "failed": [] if ok else ["membership parity"],
                        "metrics": {"leakage.forget": leak, "leakage.control": 0.0, "mia.auc": 0.55}}
                 for name, ok, n, leak in (("base", False, 5, 0.43), ("oracle", True, 14, 0.0),
-                                          ("asu", True, 14, 0.14), ("kif", False, 12, 0.0))}},
+                                          ("asu", True, 14, 0.14), ("kif", False, 12, 0.0))},
+                "kif-distil": {"refused": "no layer separates the subjects"}},
             "chat/gpt_neox/llama": not_measured("RuntimeError: out of memory")}},
     }
     measure(results["cost"], "scan", lambda: 1 / 0)
@@ -119,6 +120,7 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
     assert _cells(md, "free_text/gpt2/gpt2")[:4] == ["0.974", "base", "**FAIL** (weights)", "5/14"]
     assert "|  |  | asu | PASS (weights) | 14/14 | 0.140 / 0.000 |" in md
     assert "not measured: RuntimeError: out of memory" in md
+    assert "|  |  | kif-distil | refused: no layer separates the subjects |" in md  # the rest of the case kept
     assert "0.125 ± 0.035" in md  # asu-kl forget leakage over its two seeds
     # One column per method, the oracle first; a row per check with its verdicts.
     assert _cells(md, "check") == ["retrain-oracle", "asu-kl", "graddiff"]

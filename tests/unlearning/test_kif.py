@@ -164,3 +164,21 @@ def test_distillation_ships_a_plain_checkpoint_whose_own_weights_changed(
     reloaded, _ = load_model(tmp_path / "plain", device="cpu")
     assert torch.equal(_logits(reloaded, tokenizer), _logits(outcome.model, tokenizer))
     assert not torch.equal(_logits(reloaded, tokenizer), base_logits)  # the weights themselves changed
+
+
+def test_a_prompt_that_names_no_one_is_no_signature_prompt(tiny_corpus_dir, tiny_arch_model_dir):
+    # A cloze of the answer ("Continue the sentence.") reads the same for the subject and for
+    # the stranger: as a pair it adds the same activations to both sides and hides the signature.
+    import dataclasses
+
+    from unlearning.methods.kif import signature_prompts
+    from unlearning.probes import Probe
+
+    _, tokenizer = load_model(tiny_arch_model_dir("llama"), device="cpu")
+    data = method_input(_sets(tiny_corpus_dir))
+    nameless = Probe(kind="cloze", prompt="Continue the sentence.", expected="Lisbon",
+                     record_id=data.forget[0].id, subject=0)
+    data = dataclasses.replace(data, probes=(*data.probes, nameless))
+    own, _, _, other, _ = signature_prompts(tokenizer, data, seed=0)
+    assert own and len(own) == len(other)
+    assert all(a != b for a, b in zip(own, other, strict=True))

@@ -264,6 +264,8 @@ def signature_prompts(
         mapped = probe.mapped(cf.mapping)
         own = probe_ids(tokenizer, probe)
         other = probe_ids(tokenizer, mapped)
+        if own == other:  # a prompt that names no one (a cloze of the answer) cannot tell them apart
+            continue
         own_names = [subject.name, *subject.aliases]
         subject_ids.append(own)
         subject_pos.append(_name_position(tokenizer, own, own_names))
