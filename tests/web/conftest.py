@@ -1,4 +1,4 @@
-"""Web tests run against the session's fresh PostgreSQL database (root conftest), the
+"""Web tests run against a fresh PostgreSQL database of their own (`web_database_url`), the
 same one for Django's tables (Django migrate) and the domain's (alembic).
 
 There is no per-test rollback: the domain writes through its own SQLAlchemy connection,
@@ -37,7 +37,20 @@ def point_django_at(url: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(database_url: str, django_db_blocker: Any) -> Iterator[None]:
+def web_database_url() -> Iterator[str]:
+    """A PostgreSQL database of the web tests' own.  They commit (see above); the domain
+    tests that share a process with them roll back and count on a database nobody else
+    writes (the first reference of the year, the oldest outbox message)."""
+    from tests.conftest import drop_database, fresh_database_url
+
+    url = fresh_database_url("erasure_web")
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(web_database_url: str, django_db_blocker: Any) -> Iterator[None]:
+    database_url = web_database_url
     point_django_at(database_url)
     settings.ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
     with django_db_blocker.unblock():
