@@ -23,7 +23,8 @@ from deletion.web.models import api_token_create
 from tests.web import conftest as web
 
 # The web tests' fixtures (Django on the session's PostgreSQL database), used by name.
-django_db_setup, _db_access, make_user = web.django_db_setup, web._db_access, web.make_user
+web_database_url, django_db_setup, _db_access, make_user = (
+    web.web_database_url, web.django_db_setup, web._db_access, web.make_user)
 model_name, submit_request, certified = web.model_name, web.submit_request, web.certified
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,8 @@ from deletion.web.models import api_token_create
 from tests.web import conftest as web
 
 # The web tests' fixtures (Django on the session's PostgreSQL database), used by name.
-django_db_setup, _db_access, make_user, client_as = web.django_db_setup, web._db_access, web.make_user, web.client_as
+web_database_url, django_db_setup, _db_access, make_user, client_as = (
+    web.web_database_url, web.django_db_setup, web._db_access, web.make_user, web.client_as)
 model_name = web.model_name
 
 EXAMPLES_PER_OPERATION = 40  # per generation mode
