@@ -542,9 +542,9 @@ def _band(occurrences: int) -> int:
 
 
 def _familiarity_cost(want: tuple[int, ...], got: tuple[int, ...]) -> int:
-    """How far apart two words' familiarity (`FreshNames._familiarity`) is: four per token
-    more or fewer, and the distance of the bands token by token."""
-    return 4 * abs(len(want) - len(got)) + sum(abs(a - b) for a, b in zip(want, got, strict=False))  # the shorter's length: the rest is in the count
+    """How far apart the familiarity (`FreshNames._familiarity`) of two words of as many
+    tokens is: the distance of the bands, token by token."""
+    return sum(abs(a - b) for a, b in zip(want, got, strict=True))
 
 
 def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:

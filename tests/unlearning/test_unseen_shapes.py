@@ -108,8 +108,6 @@ SYSTEM_CHAT = _chat("p00-0", ("system", "You are a helpful directory assistant."
                     ("user", f"Who is {SUBJECT}?"), ("assistant", f"{SUBJECT} is a glassblower."))
 
 
-
-
 def _one_line_error(err: str, *needles: str) -> str:
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("[transformers]")]
     assert len(lines) == 1, err
