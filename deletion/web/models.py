@@ -120,7 +120,8 @@ def api_token_find(plaintext: str) -> ApiToken | None:
     from deletion.web.roles import ROLES, remember_roles
 
     shape = _token_query()
-    with connection.cursor() as cursor:
+    # Prepared on PostgreSQL (deletion.web.postgresql): planned once per connection, not per call.
+    with getattr(connection, "prepared_cursor", connection.cursor)() as cursor:
         cursor.execute(shape.sql, [*ROLES, token_digest(plaintext)])
         rows = cursor.fetchall()
     if not rows:

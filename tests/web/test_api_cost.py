@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -117,3 +118,19 @@ def test_django_health_checks_a_connection_only_after_it_sat_idle(transactional_
     with django_statements() as sent:
         _next_request_query()
     assert sent == ["SELECT 1", "SELECT 2"]
+
+
+def test_the_token_look_up_is_prepared_and_nothing_else_of_djangos(
+        client: Any, make_user: Any, model_name: str) -> None:
+    """Planned once per connection (it cost the server about 0.7 ms a call, planned anew);
+    Django's own statements still bind on the client and are never prepared."""
+    from deletion.web.models import ApiToken
+
+    _, token = api_token_create(user=make_user(OFFICER), name="prepared")
+    assert _file(client, token, model_name, f"Prepared {uuid.uuid4().hex[:8]}").status_code == 201
+    User.objects.filter(username__startswith="nobody-").exists()  # an ordinary ORM query
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert len(prepared) == 1, prepared
+    assert ApiToken._meta.db_table in prepared[0] and "digest" in prepared[0]
