@@ -205,3 +205,48 @@ def test_a_filing_waits_for_a_model_locked_by_the_scheduler_before_it_takes_the_
     finally:
         engine.dispose()
         drop_database(url)
+
+
+def test_a_filing_committing_its_own_transaction_chains_names_earlier_ones_and_restores_the_mode() -> None:
+    """commit=True on a connection with nothing sent yet: BEGIN and COMMIT go in the
+    pipeline with the connection in autocommit mode meanwhile.  The genesis head, a match
+    with an earlier request and a refusal all take that path; the connection always goes
+    back to the pool in its transactional mode, a refused filing's transaction rolled back."""
+    from sqlalchemy import text
+
+    url = fresh_database_url("erasure_filing_own")
+    engine = make_engine(url)
+
+    def file(name: str, model_name: str = "first") -> object:
+        with session_scope(engine) as session:
+            filed = request_submission(session, actor=SUBMITTER, name=name, ground="17(1)(b)",
+                                       received_at=datetime(2026, 11, 2, tzinfo=UTC), model_name=model_name,
+                                       now=datetime(2026, 11, 3, tzinfo=UTC), commit=True)
+            driver = session.connection().connection.driver_connection
+            assert driver is not None and driver.autocommit is False
+            return filed
+
+    try:
+        with session_scope(engine) as session:
+            session.add(Model(name="first", description=""))  # no audit event, no chain head yet
+        first = file("Mara Okafor")
+        again = file("mara  okafor")
+        assert [r.reference for r in again.earlier] == [first.request.reference]  # type: ignore[attr-defined]
+        assert again.earlier[0].status == "submitted"  # type: ignore[attr-defined]
+        with pytest.raises(ValidationError):
+            file("Someone Else", model_name="no-such-model")
+        with engine.connect() as connection:
+            driver = connection.connection.driver_connection
+            assert driver is not None and driver.autocommit is False
+            assert driver.info.transaction_status.name in ("IDLE", "INTRANS")
+            assert connection.execute(text("SELECT count(*) FROM erasure_requests")).scalar_one() == 2
+        with session_scope(engine) as session:
+            details = session.execute(select(AuditEvent.details).where(
+                AuditEvent.object_ref == again.request.reference)).scalar_one()  # type: ignore[attr-defined]
+            assert first.request.reference in details  # type: ignore[attr-defined]
+            verdict = audit_verify(session)
+            assert verdict.ok and verdict.checked == 2
+            assert session.execute(select(ReferenceCounter.last)).scalar_one() == 2
+    finally:
+        engine.dispose()
+        drop_database(url)

@@ -68,10 +68,44 @@ def test_filing_a_request_runs_each_domain_statement_once_and_reads_nothing_back
     body = response.json()
     assert body["status"] == "submitted" and body["job"] is None and body["model"] == model_name
     # The model with the next reference number and the blind-index matches; the chain
-    # head FOR UPDATE; the request with its index rows; the event with the head's move.
-    assert len(statements) == 4, statements
+    # head FOR UPDATE; the request with its index rows; the event with the head's move;
+    # and the transaction's own BEGIN and COMMIT, sent in the same pipeline.
+    assert len(statements) == 6 and (statements[0], statements[-1]) == ("BEGIN", "COMMIT"), statements
     assert sum("FROM subject_index WHERE hmac" in s for s in statements) == 1
-    assert not any("FROM erasure_requests" in s for s in statements), "a row was read back"
+    # The first statement reads the earlier requests the blind index matched (none here);
+    # nothing reads the new row back.
+    assert not any("FROM erasure_requests" in s for s in statements[2:]), "a row was read back"
+
+
+def test_filing_a_request_awaits_the_database_twice(client: Any, make_user: Any, model_name: str) -> None:
+    """One pipeline, two round trips: the reads that take the row locks, then the writes
+    with the COMMIT.  psycopg, left to begin the transaction itself, awaited its BEGIN
+    apart, and leaving a pipeline between the two cost a third while the locks were held."""
+    from psycopg._pipeline_base import BasePipeline
+
+    _, token = api_token_create(user=make_user(OFFICER), name="round-trips")
+    _file(client, token, model_name, f"Warm Up {uuid.uuid4().hex[:8]}")
+    django_driver = connection.connection
+    syncs: list[Any] = []
+    original = BasePipeline._enqueue_sync
+
+    def enqueue_sync(pipeline: Any) -> None:
+        if pipeline.pgconn is not django_driver.pgconn:
+            syncs.append(pipeline)
+        original(pipeline)
+
+    BasePipeline._enqueue_sync = enqueue_sync  # type: ignore[method-assign]
+    try:
+        with domain_statements() as statements:
+            assert _file(client, token, model_name, f"Trips {uuid.uuid4().hex[:8]}").status_code == 201
+    finally:
+        BasePipeline._enqueue_sync = original  # type: ignore[method-assign]
+    assert len(syncs) == 2 and len(statements) == 6, (len(syncs), statements)
+    driver = domain_engine().raw_connection()
+    try:  # the pooled connection went back in its ordinary (transactional) mode
+        assert driver.driver_connection.autocommit is False  # type: ignore[union-attr]
+    finally:
+        driver.close()
 
 
 def test_a_token_in_steady_use_is_not_rewritten_on_every_call(

@@ -25,8 +25,8 @@ from deletion.domain.audit import (
     audit_append_pg,
     canonical_json_flat,
 )
-from deletion.domain.canonical import canonical_time
-from deletion.domain.chains import AUDIT_CHAIN, chain_head_lock
+from deletion.domain.canonical import GENESIS_HASH, canonical_time
+from deletion.domain.chains import AUDIT_CHAIN
 from deletion.domain.errors import NotFound, PermissionDenied, ValidationError
 from deletion.domain.gdpr import DENIAL_REASONS, GROUNDS, PRIORITIES
 from deletion.domain.models import ErasureRequest, Model, ReferenceCounter, SubjectIndex, utcnow
@@ -173,7 +173,7 @@ def request_submission(
 
 
 # The PostgreSQL path of request_submission: the same rows and the same audit event, sent
-# through the session's own psycopg connection (its transaction) in two pipelined round
+# through the session's own psycopg connection (its transaction) in one pipeline, two round
 # trips instead of eight awaited statements.  The first asks everything that needs no
 # input from the database's answers, and takes both row locks (reference counter, then
 # audit head: the order the ORM path takes them in) if, and only if, the model exists;
@@ -181,23 +181,34 @@ def request_submission(
 # round trip and the commit, not for the whole filing: concurrent filings queue on them
 # for less time.  The new row's ORM object is made after the second round trip.  The
 # request's id comes from its own sequence, as an INSERT would take it.
+#
+# A filing that commits a transaction it began itself (the API's: nothing else sent on the
+# connection yet) sends BEGIN and COMMIT as statements of the pipeline, with the
+# connection in autocommit mode meanwhile (as SQLAlchemy's own liveness ping does):
+# psycopg, left to begin the transaction, awaits its BEGIN in a round trip of its own.
 _PG_MODEL_EXISTS = "EXISTS (SELECT 1 FROM models WHERE name = %s)"
 # The model, the next reference number (counted only if the model exists) and the
-# request ids the blind index matches, in one statement.  The model row is taken FOR KEY
-# SHARE, the lock the request's foreign key takes on INSERT, here before the audit head:
-# the scheduler and the certifier lock the model FOR UPDATE and then append to the chain,
-# so a filing holding the head while its INSERT waited for the model would deadlock.
+# requests the blind index matches (ids and references, so the audit event needs no
+# further read), in one statement.  The model row is taken FOR KEY SHARE, the lock the
+# request's foreign key takes on INSERT, here before the audit head: the scheduler and
+# the certifier lock the model FOR UPDATE and then append to the chain, so a filing
+# holding the head while its INSERT waited for the model would deadlock.
 _PG_START = (
     "WITH model AS (SELECT id, name FROM models WHERE name = %s FOR KEY SHARE), "
     "counter AS (INSERT INTO reference_counters (prefix, last) SELECT %s, 1 FROM model "
-    "ON CONFLICT (prefix) DO UPDATE SET last = reference_counters.last + 1 RETURNING last) "
+    "ON CONFLICT (prefix) DO UPDATE SET last = reference_counters.last + 1 RETURNING last), "
+    "earlier AS (SELECT id, reference FROM erasure_requests WHERE id IN "
+    "(SELECT request_id FROM subject_index WHERE hmac = ANY(%s))) "
     "SELECT model.id, model.name, (SELECT last FROM counter), "
-    "ARRAY(SELECT DISTINCT request_id FROM subject_index WHERE hmac = ANY(%s) ORDER BY request_id) "
+    "ARRAY(SELECT id FROM earlier ORDER BY id), ARRAY(SELECT reference FROM earlier ORDER BY id) "
     "FROM model"
 )
 # Taken after the counter, in a statement of its own: every filing locks the two rows in
 # this order.
 _PG_HEAD_LOCK = AUDIT_HEAD_LOCK_PG.replace(" FOR UPDATE", f" AND {_PG_MODEL_EXISTS} FOR UPDATE")
+# The very first audit event of a database: the genesis head, created as chain_head_lock
+# creates it (two first appenders cannot both), then locked.
+_PG_GENESIS_HEAD = "INSERT INTO chain_heads (name, seq, hash) VALUES (%s, 0, %s) ON CONFLICT (name) DO NOTHING"
 _REQUEST_COLUMNS = tuple(c.key for c in ErasureRequest.__table__.columns if c.key != "id")
 
 
@@ -219,6 +230,7 @@ def _submission_pg(
     commit: bool,
 ) -> Submission:
     import psycopg
+    from psycopg import pq
     from sqlalchemy.exc import DBAPIError
 
     # Everything that needs no answer from the database is done before the first round
@@ -232,36 +244,44 @@ def _submission_pg(
     driver = session.connection().connection.driver_connection
     if driver is None:  # a pooled connection always has its driver connection while checked out
         raise RuntimeError("no driver connection behind the session")
+    # The transaction is the filing's own when nothing was sent in it yet and it commits.
+    own = commit and driver.info.transaction_status == pq.TransactionStatus.IDLE
     prefix = f"ER-{now.year}"
     statement = _PG_START
     try:
+        if own:
+            driver.autocommit = True
         with driver.pipeline() as pipeline:
-            start, lock = driver.cursor(), driver.cursor()
+            transaction, start, lock = driver.cursor(), driver.cursor(), driver.cursor()
+            if own:
+                transaction.execute("BEGIN")
             start.execute(_PG_START, (model_name, prefix, [digest for _, digest in entries]))
             lock.execute(_PG_HEAD_LOCK, (AUDIT_CHAIN, model_name))
             pipeline.sync()
             found, head = start.fetchone(), lock.fetchone()
-        if found is None:
-            raise ValidationError("model_name", "no such registered model")
-        model_id, registered_name, number, earlier_ids = found
-        if head is None:  # the very first audit event: create the genesis head (locked)
-            created = chain_head_lock(session, name=AUDIT_CHAIN)
-            head = (created.seq, created.hash)
-        earlier = list(session.execute(
-            select(ErasureRequest).where(ErasureRequest.id.in_(earlier_ids)).order_by(ErasureRequest.id)
-        ).scalars()) if earlier_ids else []
-        reference = f"{prefix}-{number:05d}"
-        ciphertext, key_id = keys.encrypt(plaintext, context=SUBJECT_CONTEXT, row=reference)
-        stamp = utcnow()
-        values: dict[str, Any] = dict.fromkeys(_REQUEST_COLUMNS)
-        values.update(
-            reference=reference, subject_ciphertext=ciphertext, subject_key_id=key_id,
-            subject_ad_version=crypto.AD_ROW, subject_hmac=subject_hmac, blind_key_id=keys.blind_key_id,
-            ground=ground, received_at=received_at, due_at=due_at,
-            model_id=model_id, priority=priority, status=RequestStatus.SUBMITTED,
-            submitted_by=actor, submitted_by_id=actor_id, created_at=stamp, updated_at=stamp,
-        )
-        with driver.pipeline():
+            if found is None:
+                raise ValidationError("model_name", "no such registered model")
+            model_id, registered_name, number, earlier_ids, earlier_references = found
+            if head is None:  # the very first audit event: create the genesis head (locked)
+                statement = _PG_GENESIS_HEAD
+                genesis, lock = driver.cursor(), driver.cursor()
+                genesis.execute(_PG_GENESIS_HEAD, (AUDIT_CHAIN, GENESIS_HASH))
+                lock.execute(AUDIT_HEAD_LOCK_PG, (AUDIT_CHAIN,))
+                pipeline.sync()
+                head = lock.fetchone()
+                if head is None:  # pragma: no cover - the row was inserted just above
+                    raise RuntimeError(f"chain {AUDIT_CHAIN}: head row vanished")
+            reference = f"{prefix}-{number:05d}"
+            ciphertext, key_id = keys.encrypt(plaintext, context=SUBJECT_CONTEXT, row=reference)
+            stamp = utcnow()
+            values: dict[str, Any] = dict.fromkeys(_REQUEST_COLUMNS)
+            values.update(
+                reference=reference, subject_ciphertext=ciphertext, subject_key_id=key_id,
+                subject_ad_version=crypto.AD_ROW, subject_hmac=subject_hmac, blind_key_id=keys.blind_key_id,
+                ground=ground, received_at=received_at, due_at=due_at,
+                model_id=model_id, priority=priority, status=RequestStatus.SUBMITTED,
+                submitted_by=actor, submitted_by_id=actor_id, created_at=stamp, updated_at=stamp,
+            )
             insert, cursor = driver.cursor(), driver.cursor()
             statement = _pg_insert_request(len(entries))
             insert.execute(statement, (*(_pg_value(v) for v in values.values()),
@@ -274,17 +294,24 @@ def _submission_pg(
                     "ground": ground, "priority": priority, "model": registered_name,
                     "received_at": canonical_time(received_at), "due_at": canonical_time(due_at),
                     "subject_hmac": subject_hmac, "blind_key_id": keys.blind_key_id,
-                    "earlier_requests": [r.reference for r in earlier],
+                    "earlier_requests": list(earlier_references),
                 },
             )
             if commit:  # in this round trip: the server releases the locks at once
                 statement = "COMMIT"
-                driver.commit()
+                if own:
+                    transaction.execute("COMMIT")
+                else:
+                    driver.commit()
+            # Leaving the pipeline sends the writes (and the COMMIT) and awaits them.
         created_id = insert.fetchone()
         if created_id is None:  # pragma: no cover - the INSERT returns its row
             raise RuntimeError("the new request's row came back empty")
     except psycopg.Error as exc:  # as SQLAlchemy would have raised it (IntegrityError, ...)
         raise DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
+    finally:
+        if own:
+            _leave_autocommit(driver)
     # The row as the ORM would hold it after its own INSERT: persistent in this session,
     # every column loaded.
     if commit:
@@ -292,7 +319,29 @@ def _submission_pg(
     request = ErasureRequest(id=created_id[0], **values)
     make_transient_to_detached(request)
     session.add(request)
+    # The earlier requests as ORM rows, for callers that show more than their references
+    # (rare: a subject filed before); after a commit, in a transaction of their own.
+    earlier = list(session.execute(
+        select(ErasureRequest).where(ErasureRequest.id.in_(earlier_ids)).order_by(ErasureRequest.id)
+    ).scalars()) if earlier_ids else []
     return Submission(request=request, earlier=tuple(earlier))
+
+
+def _leave_autocommit(driver: Any) -> None:
+    """Back to the pool's transactional mode after a filing that ran its own transaction:
+    a transaction it left open (it raised before its COMMIT) is rolled back first.  A
+    connection that cannot be put back is closed, so the pool replaces it."""
+    import psycopg
+    from psycopg import pq
+
+    if driver.closed:
+        return
+    try:
+        if driver.info.transaction_status != pq.TransactionStatus.IDLE:
+            driver.execute("ROLLBACK")
+        driver.autocommit = False
+    except psycopg.Error:
+        driver.close()
 
 
 def _pg_value(value: Any) -> Any:
