@@ -375,7 +375,7 @@ def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() ->
     assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") == v1
     assert get_policy("strict-test") == v2 != v1
-    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "2"
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "3"
     assert get_policy("default", "1").version == "1"
     with pytest.raises(ValueError, match="already exists"):
         register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
@@ -675,6 +675,70 @@ def test_the_fluency_strangers_change_who_an_answer_is_about_never_what_it_says(
     for probe, mapping in dated:
         kinds = {s.text: s.kind for s in find_spans(record_of[probe.record_id], tiny_sets.subjects[0])}
         assert all(kinds.get(key) in (None, "name", "name_part", "email", "url", "identifier") for key in mapping), mapping
+
+
+def test_the_stranger_probes_are_the_subjects_questions_about_someone_else(tiny_sets: ErasureSets) -> None:
+    bank, _ = build_bank(tiny_sets, control=None, corpus=None, heldout=None, settings=VerifySettings(), seed=0)
+    asked = bank.stranger_probes()
+    assert len(asked) == len(bank.forget.probes)
+    words = _subject_words(tiny_sets)
+    changed = 0
+    for original, probe in zip(bank.forget.probes, asked, strict=True):
+        assert (probe.kind, probe.form, probe.record_id) == (original.kind, original.form, original.record_id)
+        changed += probe.prompt != original.prompt
+        assert not words & set(normalise_text(probe.prompt).split()), probe.prompt
+    assert changed >= len(asked) // 2
+
+
+def test_paired_stderr_is_the_spread_of_the_differences_never_below_one_discordant_pair() -> None:
+    same = [True, False] * 10
+    assert suite.paired_stderr(same, same) == pytest.approx(math.sqrt((1 / 20) / 20))
+    a, b = [True] * 10 + [False] * 10, [False] * 20
+    d = np.array([1.0] * 10 + [0.0] * 10)
+    assert suite.paired_stderr(a, b) == pytest.approx(math.sqrt(np.var(d, ddof=1) / 20))
+    assert suite.paired_stderr([], []) == 0.0
+
+
+def test_policy_v3_judges_fluency_about_the_subject_against_the_same_questions_about_a_stranger() -> None:
+    # Measured on the demo: alias questions ("... of Q. Cardoso?") are answered "." about the
+    # subject and about a stranger alike; the control corpus has no such question.
+    def metrics(subject: list[bool], stranger: list[bool], base: list[bool]) -> dict[str, float]:
+        control = Rate(1, 400)
+        rate = Rate(sum(subject), len(subject))
+        return {
+            "fluency.gibberish_rate": rate.value, "fluency.control_gibberish_rate": control.value,
+            "fluency.gibberish_rate.stderr": diff_stderr(rate, control),
+            "fluency.paired_gibberish_rate": rate.value,
+            "fluency.paired_gibberish_rate.stderr": suite.paired_stderr(subject, stranger),
+            "fluency.stranger_gibberish_rate": sum(stranger) / len(stranger),
+            "fluency.stranger_gibberish_rate.stderr": suite.paired_stderr(stranger, base),
+            "fluency.base_stranger_gibberish_rate": sum(base) / len(base),
+        }
+
+    alias = [True] * 8 + [False] * 36
+    like_a_stranger = metrics(alias, alias, [True] * 6 + [False] * 38)
+    v2, v3 = get_policy("default", "2"), get_policy("default", "3")
+    assert DEFAULT_POLICY is v3
+    assert not _by_name(v2.judge(like_a_stranger))["fluency about the subject"].passed
+    judged = {c.metric: c for c in v3.judge(like_a_stranger)}
+    assert judged["fluency.paired_gibberish_rate"].passed and judged["fluency.stranger_gibberish_rate"].passed
+    assert "fluency.gibberish_rate" not in judged
+    # Babble about the subject only fails the first check ...
+    only_subject = {c.metric: c for c in v3.judge(metrics([True] * 20 + [False] * 24, alias,
+                                                          [True] * 6 + [False] * 38))}
+    assert not only_subject["fluency.paired_gibberish_rate"].passed
+    # ... babble about everyone asked this way fails the second.
+    everyone = [True] * 20 + [False] * 24
+    judged = {c.metric: c for c in v3.judge(metrics(everyone, everyone, [True] * 6 + [False] * 38))}
+    assert judged["fluency.paired_gibberish_rate"].passed
+    assert not judged["fluency.stranger_gibberish_rate"].passed
+    # No question probe at all (free text only): a named rule, never a silent pass.
+    absent = {c.metric: c for c in v3.judge({}, {"fluency.paired_gibberish_rate": NO_QUESTIONS,
+                                                  "fluency.stranger_gibberish_rate": NO_QUESTIONS})}
+    assert absent["fluency.paired_gibberish_rate"].passed
+    assert absent["fluency.paired_gibberish_rate"].rule == f"{NO_QUESTIONS}: passes"
+    assert not {c.metric: c for c in v3.judge({}, {"fluency.paired_gibberish_rate": NOT_COMPUTED})}[
+        "fluency.paired_gibberish_rate"].passed
 
 
 def test_each_subject_gets_several_consistent_stranger_identities_for_membership(tiny_sets: ErasureSets) -> None:

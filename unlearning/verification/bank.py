@@ -98,6 +98,13 @@ class ProbeBank:
     # anything else would look implausible to it for that reason alone).
     stranger_maps: tuple[dict[str, str], ...] = ()
 
+    def stranger_probes(self) -> tuple[Probe, ...]:
+        """Each forget probe asked about its stranger (`stranger_maps`): the subject's own
+        questions, in the subject's own forms, about someone the model never saw."""
+        if not self.stranger_maps:
+            return self.forget.probes
+        return tuple(p.mapped(m) for p, m in zip(self.forget.probes, self.stranger_maps, strict=True))
+
 
 def _records_of(source: str | Path | Corpus | Sequence[Record] | None) -> Sequence[Record]:
     if source is None:

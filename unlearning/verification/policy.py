@@ -21,12 +21,24 @@ Register another policy with `register_policy`; fetch one with
 `get_policy(name, version)`.  Policies are immutable: a changed threshold is
 a new version, so old reports stay interpretable.
 
-`default` v2 (the default) differs from v1 in checks only, never in an easier
+`default` v2 differs from v1 in checks only, never in an easier
 threshold: membership inference is two-sided (`|AUC - 0.5|`, so an erasure
 that makes the subject *less* familiar than a stranger fails as well) and
 uses two attacks over whole records and over identifying spans; leakage and
 latent traces are bounded from below too; the relearning attack is a curve
 over several budgets; a 4-bit quantisation attack joins the 8-bit one.
+
+`default` v3 (the default) differs from v2 in the fluency check about the
+subject only.  v2 compared the subject's answers with answers about the
+control corpus's people, whose questions have other forms: a request's
+aliases make questions about the subject ("... of Q. Cardoso?") that no
+control question resembles, and a model that never saw a person garbles
+such questions about anyone (measured: the demo base answers "." to 6 of 11
+alias questions about a stranger, 2 of 11 about the person it was trained
+on).  v3 asks each of the subject's questions about a stranger as well and
+compares question by question (paired standard error), and adds a second
+check that the candidate's answers about the stranger are no worse than the
+base's: a model that garbles these questions about everyone fails there.
 """
 
 from __future__ import annotations
@@ -234,7 +246,7 @@ DEFAULT_POLICY_V1 = Policy(
     },
 )
 
-DEFAULT_POLICY = Policy(
+DEFAULT_POLICY_V2 = Policy(
     name="default",
     version="2",
     checks=(
@@ -278,8 +290,30 @@ DEFAULT_POLICY = Policy(
     escalation=_COMMON_ESCALATION,
 )
 
+
+def _v3_checks() -> tuple[CheckSpec, ...]:
+    """v2's checks with fluency about the subject judged against the same questions about a
+    stranger (question by question), and those answers against the base's about the stranger."""
+    checks: list[CheckSpec] = []
+    for spec in DEFAULT_POLICY_V2.checks:
+        if spec.metric != "fluency.gibberish_rate":
+            checks.append(spec)
+            continue
+        checks.append(CheckSpec(
+            "fluency about the subject, against the same questions about a stranger",
+            "fluency.paired_gibberish_rate", "<=", 0.05, "fluency.stranger_gibberish_rate", _Z,
+            unmeasured_passes=(NO_QUESTIONS,)))
+        checks.append(CheckSpec(
+            "fluency about a stranger in the subject's questions, against the base",
+            "fluency.stranger_gibberish_rate", "<=", 0.05, "fluency.base_stranger_gibberish_rate", _Z,
+            unmeasured_passes=(NO_QUESTIONS,)))
+    return tuple(checks)
+
+
+DEFAULT_POLICY = Policy(name="default", version="3", checks=_v3_checks(), escalation=_COMMON_ESCALATION)
+
 _REGISTRY: dict[tuple[str, str], Policy] = {
-    (p.name, p.version): p for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY)
+    (p.name, p.version): p for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY)
 }
 
 

@@ -118,6 +118,8 @@ class _BaseEvidence:
     fluency_limit: float
     degenerate_rate: float
     mia: dict[str, float]
+    # Per answering forget probe asked about its stranger: is the base's own answer gibberish?
+    stranger_flags: tuple[bool, ...] = ()
 
 
 _BASE_CACHE: OrderedDict[str, _BaseEvidence] = OrderedDict()
@@ -341,6 +343,8 @@ def _base_evidence(
     forget_greedy = _generate(loaded, bank.forget.probes, s, seed)
     own_forget = [a[0] for p, a in zip(bank.forget.probes, forget_greedy, strict=True) if p.form in ANSWERING_FORMS]
     (latent_forget,) = _latent(loaded, bank, [bank.forget.facts], s)
+    stranger_probes = bank.stranger_probes()
+    stranger_flags = _gibberish(loaded, stranger_probes, _generate(loaded, stranger_probes, s, seed), s, limit)
     evidence = _BaseEvidence(
         loaded=loaded,
         forget_greedy=leak_rate(forget_greedy, _values(bank.forget.probes)),
@@ -352,6 +356,7 @@ def _base_evidence(
         fluency_limit=limit,
         degenerate_rate=degenerate_rate(own_forget + own_control),
         mia=_mia(loaded, bank, s),
+        stranger_flags=tuple(stranger_flags),
     )
     _BASE_CACHE[key] = evidence
     while len(_BASE_CACHE) > _BASE_CACHE_SIZE:
@@ -519,7 +524,7 @@ def _run_families(
         m["utility.ppl"], m["utility.base_ppl"] = ppl, base.ppl
         m["utility.ppl_ratio"] = ratio(ppl, base.ppl)
     with clock.check("fluency"):
-        _fluency_family(m, cand, base, bank, s, greedy_f, greedy_c)
+        _fluency_family(m, cand, base, bank, s, greedy_f, greedy_c, seed, clock)
         if not math.isfinite(base.fluency_limit):
             # Free text only: no question or chat answer to learn what a fluent answer costs.
             m.pop("fluency.plausibility_limit_nats", None)
@@ -534,25 +539,60 @@ def _run_families(
     return m
 
 
+def _gibberish(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[list[str]], s: VerifySettings,
+               limit: float, maps: Sequence[dict[str, str]] | None = None) -> list[bool]:
+    """Per answering probe: is the greedy answer gibberish (degenerate, or implausible to
+    `scorer`, the base model)?  With `maps`, probe and answer are first mapped to the stranger."""
+    asked = [(p.mapped(maps[i]) if maps else p, replace_spans(a[0], maps[i]) if maps else a[0])
+             for i, (p, a) in enumerate(zip(probes, answers, strict=True)) if p.form in ANSWERING_FORMS]
+    tok = scorer.tokenizer
+    scores = score_continuations(
+        scorer.model, tok, [(probe_ids(tok, p), text_ids(tok, " " + a)) for p, a in asked],
+        batch_size=s.batch_size)
+    return gibberish_flags([a for _, a in asked], scores, limit=limit)
+
+
+def paired_stderr(a: Sequence[bool], b: Sequence[bool]) -> float:
+    """Standard error of the mean paired difference of two flag lists over the same questions.
+
+    The variance of the differences is floored at 1/n (one discordant pair in n), the floor
+    `diff_stderr` gives two independent 0/n rates, so that no difference is ever noise-free."""
+    n = len(a)
+    if not n:
+        return 0.0
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    var = float(np.var(d, ddof=1)) if n > 1 else 0.0
+    return math.sqrt(max(var, 1.0 / n) / n)
+
+
 def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank, s: VerifySettings,
-                    greedy_f: Sequence[list[str]], greedy_c: Sequence[list[str]]) -> None:
-    btok = base.loaded.tokenizer
-
-    def flags(probes: Sequence[Probe], answers: Sequence[list[str]],
-              maps: Sequence[dict[str, str]] | None = None) -> list[bool]:
-        asked = [(p.mapped(maps[i]) if maps else p, replace_spans(a[0], maps[i]) if maps else a[0])
-                 for i, (p, a) in enumerate(zip(probes, answers, strict=True)) if p.form in ANSWERING_FORMS]
-        scores = score_continuations(
-            base.loaded.model, btok,
-            [(probe_ids(btok, p), text_ids(btok, " " + a)) for p, a in asked], batch_size=s.batch_size)
-        return gibberish_flags([a for _, a in asked], scores, limit=base.fluency_limit)
-
-    flags_f = flags(bank.forget.probes, greedy_f, bank.stranger_maps or None)
-    flags_c = flags(bank.control.probes, greedy_c)
+                    greedy_f: Sequence[list[str]], greedy_c: Sequence[list[str]], seed: int,
+                    clock: _Clock) -> None:
+    limit = base.fluency_limit
+    flags_f = _gibberish(base.loaded, bank.forget.probes, greedy_f, s, limit, bank.stranger_maps or None)
+    flags_c = _gibberish(base.loaded, bank.control.probes, greedy_c, s, limit)
     gib_f, gib_c = Rate(sum(flags_f), len(flags_f)), Rate(sum(flags_c), len(flags_c))
     _rates(m, "fluency.gibberish_rate", gib_f, gib_c)
     m["fluency.control_gibberish_rate"] = gib_c.value
-    m["fluency.plausibility_limit_nats"] = base.fluency_limit
+    m["fluency.plausibility_limit_nats"] = limit
+    # The same questions about the subject's strangers (policy v3): the subject's answers
+    # against the candidate's own answers about a stranger, question by question, and those
+    # against the base's answers about the same stranger.
+    stranger_probes = bank.stranger_probes()
+    greedy_s = _generate(cand, stranger_probes, s, seed)
+    flags_s = _gibberish(base.loaded, stranger_probes, greedy_s, s, limit)
+    flags_b = list(base.stranger_flags)
+    if flags_s:
+        m["fluency.paired_gibberish_rate"] = gib_f.value
+        m["fluency.paired_gibberish_rate.stderr"] = paired_stderr(flags_f, flags_s)
+        m["fluency.stranger_gibberish_rate"] = sum(flags_s) / len(flags_s)
+        m["fluency.stranger_gibberish_rate.stderr"] = paired_stderr(flags_s, flags_b)
+        m["fluency.base_stranger_gibberish_rate"] = sum(flags_b) / len(flags_b)
+        m["fluency.n_paired_questions"] = float(len(flags_s))
+    else:
+        for metric in ("fluency.paired_gibberish_rate", "fluency.stranger_gibberish_rate"):
+            clock.unmeasurable(metric, NO_QUESTIONS, "no question or chat probe about the subject to "
+                                                     "ask about a stranger as well")
     answers = [a[0] for p, a in zip((*bank.forget.probes, *bank.control.probes), (*greedy_f, *greedy_c), strict=True)
                if p.form in ANSWERING_FORMS]
     degenerate = Rate(round(degenerate_rate(answers) * len(answers)), len(answers))
