@@ -112,6 +112,9 @@ class ASUHparams(TrainingHparams):
     counterfactuals: int = 1  # fresh copies per record (1: a sample of strangers, see targets.py)
     teacher_candidates: int = 25  # strangers drawn per subject; the most typical teaches (targets.py)
     cache_teacher: str = "topk"  # "topk", "full" or "none" (online, from a frozen copy)
+    # Every this many steps, the counterfactual targets are recomputed from the model being
+    # trained (0: never): the subject is then matched to what the model now says about a stranger.
+    teacher_refresh: int = 0
     teacher_topk: int = 64
     lora_rank: int = 0
     lora_alpha: int = 16
@@ -263,9 +266,18 @@ class ASU:
                     loss_retain = loss_retain + hp.retain_latent_weight * latent_loss(kept.hidden_states, anchor_states)
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain
 
+        def refresh(step: int) -> None:
+            if not hp.teacher_refresh or not step or step % hp.teacher_refresh or frozen is not None:
+                return
+            trained.eval()
+            with torch.no_grad():
+                fresh = make_forget_targets(trained, all_rows, replace(teacher, states=False))
+            trained.train()
+            cached_forget[:] = [batch_target(b, fresh) for b in forget_batches]
+
         steps = hp.budget(len(data.subjects) or 1)
         steps_done, loss = run_training(trained, forget_batches, retain_batches, step_loss, hp, steps=steps,
-                                        stage="unlearn:asu", progress=progress)
+                                        stage="unlearn:asu", progress=progress, on_step=refresh)
         final = _merged(trained, hp)
         sources = [s for t in targets for s in t.source]
         details = {
