@@ -206,7 +206,7 @@ def test_a_refreshed_teacher_recomputes_the_targets_from_the_model_being_trained
         ASU().unlearn(model, tokenizer, data, hp)
         assert len(seen) == calls  # before step 1, then at steps 4 and 8
         # Each refresh reads the weights as trained so far: never the base's again.
-        for (_, earlier), (_, later) in zip(seen, seen[1:]):
+        for (_, earlier), (_, later) in zip(seen, seen[1:], strict=False):
             assert not torch.equal(earlier, later)
 
 
