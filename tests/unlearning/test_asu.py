@@ -221,6 +221,8 @@ def test_presets_resolve_by_model_size_and_the_callers_values_win():
         preset_values("heroic", 1)
     with pytest.raises(ValueError, match="tau"):
         resolve_hparams("asu", {"tau": 0.0}, torch.nn.Linear(2, 2), subjects=1)
+    with pytest.raises(ValueError, match="teacher_refresh"):
+        resolve_hparams("asu", {"teacher_refresh": 5, "cache_teacher": "none"}, torch.nn.Linear(2, 2), subjects=1)
     assert ASUHparams().to_json()["preset"] == "auto"
 
 

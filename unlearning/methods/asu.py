@@ -152,6 +152,10 @@ def _check(hp: ASUHparams) -> None:
         raise ValueError("target must be 'counterfactual' or 'tempered'")
     if hp.cache_teacher not in ("topk", "full", "none"):
         raise ValueError("cache_teacher must be 'topk', 'full' or 'none'")
+    if hp.teacher_refresh < 0:
+        raise ValueError("teacher_refresh must be 0 (never) or a number of steps")
+    if hp.teacher_refresh and hp.cache_teacher == "none":
+        raise ValueError("teacher_refresh recomputes a cached teacher: it needs cache_teacher 'topk' or 'full'")
     if not hp.tau > 0:
         raise ValueError("tau must be positive")
     if hp.latent_readout not in ("lens", "state"):
@@ -267,11 +271,11 @@ class ASU:
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain
 
         def refresh(step: int) -> None:
-            if not hp.teacher_refresh or not step or step % hp.teacher_refresh or frozen is not None:
+            if not hp.teacher_refresh or not step or step % hp.teacher_refresh:
                 return
             trained.eval()
             with torch.no_grad():
-                fresh = make_forget_targets(trained, all_rows, replace(teacher, states=False))
+                fresh = make_forget_targets(trained, all_rows, online)
             trained.train()
             cached_forget[:] = [batch_target(b, fresh) for b in forget_batches]
 

@@ -344,7 +344,8 @@ def _base_evidence(
     own_forget = [a[0] for p, a in zip(bank.forget.probes, forget_greedy, strict=True) if p.form in ANSWERING_FORMS]
     (latent_forget,) = _latent(loaded, bank, [bank.forget.facts], s)
     stranger_probes = bank.stranger_probes()
-    stranger_flags = _gibberish(loaded, stranger_probes, _generate(loaded, stranger_probes, s, seed), s, limit)
+    stranger_flags = _gibberish(loaded, stranger_probes, [a[0] for a in _generate(loaded, stranger_probes, s, seed)],
+                                s, limit)
     evidence = _BaseEvidence(
         loaded=loaded,
         forget_greedy=leak_rate(forget_greedy, _values(bank.forget.probes)),
@@ -539,12 +540,11 @@ def _run_families(
     return m
 
 
-def _gibberish(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[list[str]], s: VerifySettings,
-               limit: float, maps: Sequence[dict[str, str]] | None = None) -> list[bool]:
-    """Per answering probe: is the greedy answer gibberish (degenerate, or implausible to
-    `scorer`, the base model)?  With `maps`, probe and answer are first mapped to the stranger."""
-    asked = [(p.mapped(maps[i]) if maps else p, replace_spans(a[0], maps[i]) if maps else a[0])
-             for i, (p, a) in enumerate(zip(probes, answers, strict=True)) if p.form in ANSWERING_FORMS]
+def _gibberish(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[str], s: VerifySettings,
+               limit: float) -> list[bool]:
+    """Per answering probe: is the answer gibberish (degenerate, or implausible to `scorer`,
+    the base model)?"""
+    asked = [(p, a) for p, a in zip(probes, answers, strict=True) if p.form in ANSWERING_FORMS]
     tok = scorer.tokenizer
     scores = score_continuations(
         scorer.model, tok, [(probe_ids(tok, p), text_ids(tok, " " + a)) for p, a in asked],
@@ -569,8 +569,12 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
                     greedy_f: Sequence[list[str]], greedy_c: Sequence[list[str]], seed: int,
                     clock: _Clock) -> None:
     limit = base.fluency_limit
-    flags_f = _gibberish(base.loaded, bank.forget.probes, greedy_f, s, limit, bank.stranger_maps or None)
-    flags_c = _gibberish(base.loaded, bank.control.probes, greedy_c, s, limit)
+    # An answer about the subject is scored as the same answer about its stranger (module doc).
+    stranger_probes = bank.stranger_probes()
+    about_stranger = ([replace_spans(a[0], m) for a, m in zip(greedy_f, bank.stranger_maps, strict=True)]
+                      if bank.stranger_maps else [a[0] for a in greedy_f])
+    flags_f = _gibberish(base.loaded, stranger_probes, about_stranger, s, limit)
+    flags_c = _gibberish(base.loaded, bank.control.probes, [a[0] for a in greedy_c], s, limit)
     gib_f, gib_c = Rate(sum(flags_f), len(flags_f)), Rate(sum(flags_c), len(flags_c))
     _rates(m, "fluency.gibberish_rate", gib_f, gib_c)
     m["fluency.control_gibberish_rate"] = gib_c.value
@@ -578,9 +582,8 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
     # The same questions about the subject's strangers (policy v3): the subject's answers
     # against the candidate's own answers about a stranger, question by question, and those
     # against the base's answers about the same stranger.
-    stranger_probes = bank.stranger_probes()
     greedy_s = _generate(cand, stranger_probes, s, seed)
-    flags_s = _gibberish(base.loaded, stranger_probes, greedy_s, s, limit)
+    flags_s = _gibberish(base.loaded, stranger_probes, [a[0] for a in greedy_s], s, limit)
     flags_b = list(base.stranger_flags)
     if flags_s:
         m["fluency.paired_gibberish_rate"] = gib_f.value
