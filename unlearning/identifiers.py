@@ -622,6 +622,21 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
             + [f"words:{n}:{w}" for w, n in sorted(words.items())])
 
 
+def names_in(record: Record) -> list[str]:
+    """The capitalised word pairs of `record` that read as people's names ("Dana Whitlock"),
+    by the rule `name_parts_of` uses (no function words, titles or street words; none seen
+    after "the"), in order of appearance."""
+    out: list[str] = []
+    for text in record_texts(record):
+        titled = {w for m in _AFTER_THE.finditer(text) for w in m.groups() if w}
+        for first, last in _BIGRAM.findall(text):
+            name = f"{first} {last}"
+            if (not {first, last} & _NOT_NAMES and last not in _STREET_WORDS
+                    and not {first, last} & titled and name not in out):
+                out.append(name)
+    return out
+
+
 @dataclass(frozen=True)
 class Counterfactual:
     """A record about a stranger: `record` with every span replaced as `mapping` says."""

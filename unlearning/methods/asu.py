@@ -59,11 +59,14 @@ from unlearning.methods.targets import (
     batch_states,
     batch_target,
     fit_lens,
+    keep_rows,
     kl_to_target,
     latent_loss,
     original_targets,
     plan_targets,
     position_masks,
+    retain_strangers,
+    span_targets,
     stranger_answers,
     targets_from_plans,
     tempering_supported,
@@ -115,6 +118,15 @@ class ASUHparams(TrainingHparams):
     # Every this many steps, the counterfactual targets are recomputed from the model being
     # trained (0: never): the subject is then matched to what the model now says about a stranger.
     teacher_refresh: int = 0
+    # Also anchor retained records retold about strangers (`targets.retain_strangers`) at the
+    # model's own prediction for them: what the model says about a stranger stays put, so a
+    # refreshed teacher cannot follow the student below it.
+    stranger_anchor: bool = False
+    # Whether a refresh also moves the targets of the identifying spans' own tokens (the
+    # subject's name, e-mail address ...): by default they keep the first teacher's, what the
+    # model gives a name it never saw (a student that has been taught to spell the subject's
+    # name badly would teach it worse still).
+    refresh_spans: bool = False
     teacher_topk: int = 64
     lora_rank: int = 0
     lora_alpha: int = 16
@@ -154,8 +166,6 @@ def _check(hp: ASUHparams) -> None:
         raise ValueError("cache_teacher must be 'topk', 'full' or 'none'")
     if hp.teacher_refresh < 0:
         raise ValueError("teacher_refresh must be 0 (never) or a number of steps")
-    if hp.teacher_refresh and hp.cache_teacher == "none":
-        raise ValueError("teacher_refresh recomputes a cached teacher: it needs cache_teacher 'topk' or 'full'")
     if not hp.tau > 0:
         raise ValueError("tau must be positive")
     if hp.latent_readout not in ("lens", "state"):
@@ -203,7 +213,11 @@ class ASU:
             records += [r for r, _ in told]
             subjects += [subject for _, subject in told]
         forget_examples = encode_all(tokenizer, records, model=model)
-        retain_examples = encode_all(tokenizer, data.retain, model=model)
+        retain_records = list(data.retain)
+        if hp.stranger_anchor:
+            retain_records += retain_strangers(data.retain, names.with_tokenizer(tokenizer))
+        strangers = set(range(len(data.retain), len(retain_records)))  # anchored, never fine-tuned on
+        retain_examples = encode_all(tokenizer, retain_records, model=model)
 
         # The copies and their alignments do not depend on the weights: planned once, so an
         # online teacher only runs the frozen model at each step.
@@ -227,6 +241,7 @@ class ASU:
         retain_batches = make_batches(tokenizer, retain_examples, batch_size=hp.retain_batch_size, shuffle=True,
                                       seed=hp.seed + 1, device=device)
         frozen = _frozen_copy(model) if hp.cache_teacher == "none" else None
+        forget_teacher = frozen  # online: what the forget targets come from (`refresh` moves it)
         online = replace(teacher, states=False)  # the states are the cached ones
         cached_forget = [batch_target(b, targets) for b in forget_batches]
         cached_retain = [batch_target(b, retain_targets) for b in retain_batches] if retain_targets else []
@@ -240,10 +255,15 @@ class ASU:
         trained = _with_lora(model, hp)
 
         def step_loss(step: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
-            if frozen is None:
+            if frozen is None or forget_teacher is None:
                 target = cached_forget[forget_index[id(forget_batch)]]
             else:
-                target = batch_target(_reindexed(forget_batch), make_forget_targets(frozen, forget_batch.rows, online))
+                now = make_forget_targets(forget_teacher, forget_batch.rows, online)
+                if forget_teacher is not frozen and not hp.refresh_spans:  # as `refresh` keeps them
+                    first = make_forget_targets(frozen, forget_batch.rows, online)
+                    now = [keep_rows(n, o, span_positions[row])
+                           for n, o, row in zip(now, first, forget_batch.rows, strict=True)]
+                target = batch_target(_reindexed(forget_batch), now)
             states = cached_states[forget_index[id(forget_batch)]] if hp.latent_weight > 0 else None
             out = trained(input_ids=forget_batch.input_ids, attention_mask=forget_batch.attention_mask,
                           output_hidden_states=states is not None)
@@ -264,21 +284,33 @@ class ASU:
                 kept_logits = kept.logits[:, :-1].float()
                 loss_retain = kl_to_target(anchor, kept_logits, retain_batch.loss_mask)
                 if hp.retain_nll_weight > 0:
+                    own = retain_batch.loss_mask.clone()
+                    for b, row in enumerate(retain_batch.rows):
+                        if row in strangers:
+                            own[b] = False
                     loss_retain = loss_retain + hp.retain_nll_weight * sequence_mean(
-                        token_nll(kept_logits, retain_batch), retain_batch.loss_mask)
+                        token_nll(kept_logits, retain_batch), own)
                 if anchor_states is not None:
                     loss_retain = loss_retain + hp.retain_latent_weight * latent_loss(kept.hidden_states, anchor_states)
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain
 
         def refresh(step: int) -> None:
+            nonlocal forget_teacher
             if not hp.teacher_refresh or not step or step % hp.teacher_refresh:
+                return
+            if frozen is not None:  # online: the forget teacher becomes a frozen copy of the student
+                forget_teacher = _frozen_copy(trained)
                 return
             trained.eval()
             with torch.no_grad():
                 fresh = make_forget_targets(trained, all_rows, online)
             trained.train()
+            if not hp.refresh_spans:
+                fresh = [keep_rows(new, old, spans) for new, old, spans in zip(fresh, targets, span_positions,
+                                                                                 strict=True)]
             cached_forget[:] = [batch_target(b, fresh) for b in forget_batches]
 
+        span_positions = [span_targets(plan) for plan in plans]
         steps = hp.budget(len(data.subjects) or 1)
         steps_done, loss = run_training(trained, forget_batches, retain_batches, step_loss, hp, steps=steps,
                                         stage="unlearn:asu", progress=progress, on_step=refresh)
@@ -287,6 +319,7 @@ class ASU:
         details = {
             "preset": hp.preset,
             "told_answers": len(records) - len(data.forget),
+            "retain_strangers": len(strangers),
             "forget_positions": len(sources),
             "counterfactual_positions": sources.count("counterfactual"),
             "tempered_positions": sources.count("tempered"),

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import math
 import re
@@ -70,10 +71,12 @@ from unlearning.identifiers import (
     avoid_set,
     counterfactual,
     identity_spans,
+    names_in,
     replace_spans,
 )
 from unlearning.methods.base import Batch, collate, max_positions, sequence_mean
 from unlearning.prompting import Example, encode_record, pad_id_of
+from unlearning.subjects import Subject
 
 logger = logging.getLogger(__name__)
 
@@ -880,3 +883,56 @@ def stranger_answers(
             continue
         out.append((Record(id=f"{record.id}~told", question=record.question, answer=told), subject))
     return out
+
+
+def retain_strangers(records: Sequence[Record], names: FreshNames, *, limit: int | None = None) -> list[Record]:
+    """Retained records retold about strangers: each record that names somebody
+    (`identifiers.names_in`) or shows an identifier pattern (an e-mail address, a phone
+    number), copied with those spans replaced by a fresh identity (one per record).
+
+    Anchored at the model's own prediction for them, they keep what the model predicts for
+    *a stranger* where it was: the forget loss lowers the subject's facts after the
+    subject's name, and a model generalises that to every name, so a teacher that follows
+    the student (`teacher_refresh`) would follow it down below what a model that never saw
+    the subject predicts for a stranger (measured on the demo, docs/methods.md)."""
+    out: list[Record] = []
+    for record in records:
+        if limit is not None and len(out) >= limit:
+            break
+        found = names_in(record)
+        subject = Subject(found[0], tuple(found[1:])) if found else None
+        spans = identity_spans(record, subject, names)
+        if not spans:
+            continue
+        cf = counterfactual(record, spans, names=names, seed=f"retain:{record.id}")
+        if cf.mapping:
+            out.append(dataclasses.replace(cf.record, id=f"{record.id}~stranger"))
+    return out
+
+
+
+def span_targets(plan: TargetPlan) -> frozenset[int]:
+    """The prediction positions of `plan`'s example whose next token is inside an identifying
+    span (the first copy's alignment says which)."""
+    if not plan.alignments:
+        return frozenset()
+    return frozenset(i - 1 for i, (_, is_span) in plan.alignments[0].tokens.items() if is_span and i >= 1)
+
+
+def keep_rows(new: RecordTarget, old: RecordTarget, positions: frozenset[int]) -> RecordTarget:
+    """`new` with the rows of `positions` taken from `old` (the same example's earlier target)."""
+    rows = [k for k, t in enumerate(new.positions) if t in positions]
+    if not rows or new.positions != old.positions:
+        return new
+    index = torch.tensor(rows)
+
+    def merged(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+        if a is None or b is None:
+            return a
+        out = a.clone()
+        out[index] = b[index]
+        return out
+
+    dist = Dist(merged(new.dist.values, old.dist.values), merged(new.dist.indices, old.dist.indices),  # type: ignore[arg-type]
+                merged(new.dist.tail, old.dist.tail), merged(new.dist.actual, old.dist.actual))
+    return dataclasses.replace(new, dist=dist)
