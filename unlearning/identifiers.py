@@ -590,9 +590,7 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
             for word in _LETTERS.findall(text):
                 words[word] = words.get(word, 0) + 1
             years.update(int(y) for y in _YEAR.findall(text))
-            for first, last in _BIGRAM.findall(text):
-                if not {first, last} & _NOT_NAMES and last not in _STREET_WORDS:
-                    seen.add((first, last))
+            seen.update(_name_pairs(text))
             for match in _AFTER_THE.finditer(text):
                 titled.update(w for w in match.groups() if w)
         for pair in seen:
@@ -622,17 +620,23 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
             + [f"words:{n}:{w}" for w, n in sorted(words.items())])
 
 
+def _name_pairs(text: str) -> list[tuple[str, str]]:
+    """The capitalised word pairs of `text` that may be a name: no function words, titles or
+    street words."""
+    return [(first, last) for first, last in _BIGRAM.findall(text)
+            if not {first, last} & _NOT_NAMES and last not in _STREET_WORDS]
+
+
 def names_in(record: Record) -> list[str]:
     """The capitalised word pairs of `record` that read as people's names ("Dana Whitlock"),
-    by the rule `name_parts_of` uses (no function words, titles or street words; none seen
-    after "the"), in order of appearance."""
+    by the rule `name_parts_of` uses (`_name_pairs`, and none seen after "the"), in order of
+    appearance."""
     out: list[str] = []
     for text in record_texts(record):
         titled = {w for m in _AFTER_THE.finditer(text) for w in m.groups() if w}
-        for first, last in _BIGRAM.findall(text):
+        for first, last in _name_pairs(text):
             name = f"{first} {last}"
-            if (not {first, last} & _NOT_NAMES and last not in _STREET_WORDS
-                    and not {first, last} & titled and name not in out):
+            if not {first, last} & titled and name not in out:
                 out.append(name)
     return out
 

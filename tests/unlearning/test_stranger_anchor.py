@@ -23,10 +23,6 @@ from unlearning.methods.targets import retain_strangers
 from unlearning.sets import Subject, build_sets
 
 
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"[^\W\d_]+", text.casefold()))
-
-
 @pytest.mark.parametrize("shape", ["plain_qa", "free_text", "chat"])
 def test_retained_records_are_retold_about_fresh_people_with_their_facts_kept(shape):
     records, persons, _ = shaped_corpus(shape, 16, seed=3)

@@ -248,6 +248,9 @@ class ASU:
         cached_states = [batch_states(b, targets) for b in forget_batches]
         cached_retain_states = ([batch_states(b, retain_targets) for b in retain_batches]
                                 if retain_targets and hp.retain_latent_weight > 0 else [])
+        # The fine-tuning term's positions: the retained records' own, never a stranger copy's.
+        own_masks = [b.loss_mask & torch.tensor([row not in strangers for row in b.rows], device=device)[:, None]
+                     for b in retain_batches]
         forget_index = {id(b): i for i, b in enumerate(forget_batches)}
         retain_index = {id(b): i for i, b in enumerate(retain_batches)}
         lens = (fit_lens(model, tokenizer, retain_examples)
@@ -284,12 +287,8 @@ class ASU:
                 kept_logits = kept.logits[:, :-1].float()
                 loss_retain = kl_to_target(anchor, kept_logits, retain_batch.loss_mask)
                 if hp.retain_nll_weight > 0:
-                    own = retain_batch.loss_mask.clone()
-                    for b, row in enumerate(retain_batch.rows):
-                        if row in strangers:
-                            own[b] = False
                     loss_retain = loss_retain + hp.retain_nll_weight * sequence_mean(
-                        token_nll(kept_logits, retain_batch), own)
+                        token_nll(kept_logits, retain_batch), own_masks[retain_index[id(retain_batch)]])
                 if anchor_states is not None:
                     loss_retain = loss_retain + hp.retain_latent_weight * latent_loss(kept.hidden_states, anchor_states)
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain

@@ -885,7 +885,7 @@ def stranger_answers(
     return out
 
 
-def retain_strangers(records: Sequence[Record], names: FreshNames, *, limit: int | None = None) -> list[Record]:
+def retain_strangers(records: Sequence[Record], names: FreshNames) -> list[Record]:
     """Retained records retold about strangers: each record that names somebody
     (`identifiers.names_in`) or shows an identifier pattern (an e-mail address, a phone
     number), copied with those spans replaced by a fresh identity (one per record).
@@ -897,8 +897,6 @@ def retain_strangers(records: Sequence[Record], names: FreshNames, *, limit: int
     the subject predicts for a stranger (measured on the demo, docs/methods.md)."""
     out: list[Record] = []
     for record in records:
-        if limit is not None and len(out) >= limit:
-            break
         found = names_in(record)
         subject = Subject(found[0], tuple(found[1:])) if found else None
         spans = identity_spans(record, subject, names)
@@ -908,7 +906,6 @@ def retain_strangers(records: Sequence[Record], names: FreshNames, *, limit: int
         if cf.mapping:
             out.append(dataclasses.replace(cf.record, id=f"{record.id}~stranger"))
     return out
-
 
 
 def span_targets(plan: TargetPlan) -> frozenset[int]:
