@@ -368,7 +368,8 @@ def _shapes(shapes: Any) -> list[str]:
             "and a model retrained without the person (the oracle, on the base's own tokenizer) beside them;",
             "all four verified by the default policy against the shape's control records (people never",
             f"trained on).  The bases train up to {shapes['max_steps']} steps (tiny preset).  Built by `bench/shapes.py`",
-            "from the fixtures of tests/real_shaped.py.", ""]
+            "from the fixtures of tests/real_shaped.py.  An ASU candidate that fails gets the service's one",
+            "escalated retry (each failed check's cure, `policy_escalate`): row `asu_escalated`, with what it changed.", ""]
     header = ["shape / arch / tokenizer", "memorised", "candidate", "verdict", "checks", "leak (subj / ctrl)",
               "MIA Min-K% / zlib / span", "latent", "retained", "relearn", "4-bit", "failed"]
     rows: list[list[str]] = []
@@ -376,7 +377,7 @@ def _shapes(shapes: Any) -> list[str]:
         if _missing_family(key, case) is not None:
             rows.append([key, "-", "-", f"not measured: {case.get('not_measured')}", *["-"] * 8])
             continue
-        for name in ("base", "oracle", "asu", "kif", "kif-distil"):
+        for name in ("base", "oracle", "asu", "asu_escalated", "kif", "kif-distil"):
             if name not in case:
                 continue
             r = case[name]
@@ -394,6 +395,8 @@ def _shapes(shapes: Any) -> list[str]:
                 fmt(m.get("attack.relearn_recovery")), fmt(m.get("attack.quant4_leakage")),
                 "; ".join(r["failed"]) or "-",
             ])
+            if r.get("changed"):
+                rows.append(["", "", "", "changed: " + "; ".join(r["changed"]), *["-"] * 8])
     return out + _table(header, rows)
 
 

@@ -6,13 +6,16 @@ question/answer records; chat threads), one decoder architecture and one tokeniz
 (`unlearning.demo.tokenizer.STYLES`), all built here.  Per case: train the base (its
 memorisation by record shape), erase one person with ASU and with KIF at their defaults,
 train the retrain-without oracle on the base's own tokenizer, and verify all four with the
-default policy against the shape's control records (people never trained on).  The report
-gives the verdict and the failed checks of each, and the ASU and oracle figures side by side.
+default policy against the shape's control records (people never trained on).  An ASU
+candidate that fails gets the one escalated retry the service would run (`policy_escalate`:
+each failed check's cure), verified the same way.  The report gives the verdict and the
+failed checks of each, and the ASU and oracle figures side by side.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 from pathlib import Path
@@ -52,7 +55,7 @@ def run_case(shape: str, arch: str, style: str, *, work: Path, console: Console,
     from unlearning.demo.train_base import PRESETS, train_base
     from unlearning.erase import erase
     from unlearning.sets import Subject, build_sets
-    from unlearning.verification import DEFAULT_POLICY, verify
+    from unlearning.verification import DEFAULT_POLICY, CheckResult, policy_escalate, verify
 
     torch.manual_seed(0)
     shutil.rmtree(work, ignore_errors=True)
@@ -77,23 +80,42 @@ def run_case(shape: str, arch: str, style: str, *, work: Path, console: Console,
                    tokenizer=work / "base", progress=progress)
     out["seconds"]["oracle_train"] = round(time.perf_counter() - started, 1)
     candidates = {"base": work / "base", "oracle": work / "oracle"}
+    resolved: dict[str, Any] = {}
     for label, method, hparams in CANDIDATES:
         started = time.perf_counter()
         try:
             with console.task(f"{shape}/{arch}: erase with {label}") as progress:
-                candidates[label] = erase(work / "base", sets, method=method, out_dir=work / label,
-                                          hparams=dict(hparams), progress=progress).out_dir
+                result = erase(work / "base", sets, method=method, out_dir=work / label,
+                               hparams=dict(hparams), progress=progress)
+            candidates[label], resolved[label] = result.out_dir, result.hparams
         except ValueError as refusal:  # the method's own refusal (a user would get it as a 4xx / exit 2)
             out[label] = {"refused": str(refusal)}
             console.say(f"{shape}/{arch}: {label} refused: {refusal}")
         out["seconds"][f"erase_{label}"] = round(time.perf_counter() - started, 1)
-    for name, candidate in candidates.items():
+
+    def judge(name: str, candidate: Path) -> dict[str, Any]:
         started = time.perf_counter()
         with console.task(f"{shape}/{arch}: verify {name}") as progress:
             report = verify(candidate, work / "base", sets, control=control, corpus=corpus,
                             policy=DEFAULT_POLICY, progress=progress).to_json()
         out["seconds"][f"verify_{name}"] = round(time.perf_counter() - started, 1)
         out[name] = _verdict(report)
+        return report
+
+    reports = {name: judge(name, candidate) for name, candidate in candidates.items()}
+    asu = reports.get("asu")
+    if asu is not None and not asu["passed"]:  # the service's one escalated retry
+        failed = [CheckResult.from_json(c) for c in asu["checks"]]
+        hparams = json.loads(json.dumps(dict(resolved["asu"]), default=str))
+        stronger = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=failed)
+        if stronger is not None:
+            started = time.perf_counter()
+            with console.task(f"{shape}/{arch}: erase with asu, escalated") as progress:
+                again = erase(work / "base", sets, method="asu", out_dir=work / "asu-escalated",
+                              hparams=stronger, progress=progress).out_dir
+            out["seconds"]["erase_asu_escalated"] = round(time.perf_counter() - started, 1)
+            judge("asu_escalated", again)
+            out["asu_escalated"]["changed"] = list(stronger.get("escalation") or [])
     shutil.rmtree(work, ignore_errors=True)  # checkpoints are large; the figures are kept
     return out
 

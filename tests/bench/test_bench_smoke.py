@@ -103,7 +103,10 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
                        "failed": [] if ok else ["membership parity"],
                        "metrics": {"leakage.forget": leak, "leakage.control": 0.0, "mia.auc": 0.55}}
                 for name, ok, n, leak in (("base", False, 5, 0.43), ("oracle", True, 14, 0.0),
-                                          ("asu", True, 14, 0.14), ("kif", False, 12, 0.0))},
+                                          ("asu", False, 13, 0.14), ("kif", False, 12, 0.0))},
+                "asu_escalated": {"passed": True, "guarantee": "weights", "checks_passed": 14, "checks": 14,
+                                  "failed": [], "metrics": {"leakage.forget": 0.0},
+                                  "changed": ["attack.relearn_recovery failed: stranger_anchor False -> True (set)"]},
                 "kif-distil": {"refused": "no layer separates the subjects"}},
             "chat/gpt_neox/llama": not_measured("RuntimeError: out of memory")}},
     }
@@ -118,7 +121,9 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
     assert "Not measured: OperationalError: PostgreSQL is down" in md
     # Other corpus shapes: a row per candidate, the case named once; a case that failed says why.
     assert _cells(md, "free_text/gpt2/gpt2")[:4] == ["0.974", "base", "**FAIL** (weights)", "5/14"]
-    assert "|  |  | asu | PASS (weights) | 14/14 | 0.140 / 0.000 |" in md
+    assert "|  |  | asu | **FAIL** (weights) | 13/14 | 0.140 / 0.000 |" in md
+    assert "|  |  | asu_escalated | PASS (weights) | 14/14 |" in md  # the service's retry, after the first
+    assert "changed: attack.relearn_recovery failed: stranger_anchor False -> True (set)" in md
     assert "not measured: RuntimeError: out of memory" in md
     assert "|  |  | kif-distil | refused: no layer separates the subjects |" in md  # the rest of the case kept
     assert "0.125 ± 0.035" in md  # asu-kl forget leakage over its two seeds

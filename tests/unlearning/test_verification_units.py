@@ -394,7 +394,8 @@ def _document(**changes: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {"name": "units-doc", "version": "1", "checks": [check],
                            "allow_suppression": False,
                            "escalation": {"asu": {"scale": {"steps": 3.0},
-                                                  "cures": {"leakage.": {"scale": {"steps": 2.0}}}}}}
+                                                  "cures": {"leakage.": {"scale": {"steps": 2.0}}},
+                                                  "settings": {"attack.relearn": {"stranger_anchor": True}}}}}
     for key, value in changes.items():
         where, field = (check, key[6:]) if key.startswith("check_") else (doc, key)
         if value is DROP:
@@ -412,6 +413,7 @@ def test_a_policy_document_is_read_registered_and_judges_like_the_same_policy_in
                              unmeasured_passes=(NO_QUESTIONS,))
     assert policy.allow_suppression is False
     assert policy.escalation["asu"].cures == {"leakage.": ({"steps": 2.0}, {})}
+    assert policy.escalation["asu"].settings == {"attack.relearn": {"stranger_anchor": True}}
     (result,) = policy.judge({"leakage.forget": 0.2, "leakage.control": 0.0, "leakage.forget.stderr": 0.05})
     assert not result.passed and result.threshold == pytest.approx(0.02 + 1.645 * 0.05)
 
@@ -464,6 +466,30 @@ def test_escalation_applies_the_cure_of_each_failed_check() -> None:
     noted = policy_escalate(DEFAULT_POLICY, method="asu", hparams={**hparams, "escalation": []},
                             failed_checks=leak)
     assert noted is not None and any("leakage.forget failed: steps 100 -> 200" in n for n in noted["escalation"])
+
+
+def test_a_relearning_failure_turns_on_the_refreshed_teacher_with_anchored_strangers() -> None:
+    relearned = [c for c in DEFAULT_POLICY.judge({"attack.relearn_recovery": 1.0, "attack.relearn_control": 0.0})
+                 if not c.passed]
+    assert relearned
+    hparams = {"steps": 100, "forget_weight": 1.0, "teacher_refresh": 0, "stranger_anchor": False,
+               "escalation": []}
+    stronger = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=relearned)
+    assert stronger is not None
+    assert stronger["teacher_refresh"] == 50 and stronger["stranger_anchor"] is True
+    assert stronger["steps"] == 200  # the attack cure as well
+    assert "attack.relearn_recovery failed: stranger_anchor False -> True (set)" in stronger["escalation"]
+    # Already on, or a method without those fields: nothing set, nothing noted.
+    on = policy_escalate(DEFAULT_POLICY, method="asu", failed_checks=relearned,
+                         hparams={**hparams, "teacher_refresh": 50, "stranger_anchor": True})
+    assert on is not None and not any("(set)" in n for n in on["escalation"])
+    kif = policy_escalate(DEFAULT_POLICY, method="kif", failed_checks=relearned,
+                          hparams={"steps": 100, "distill_steps": 10, "escalation": []})
+    assert kif is not None and "stranger_anchor" not in kif and "teacher_refresh" not in kif
+    # Other failures leave the teacher as it was.
+    leak = [c for c in DEFAULT_POLICY.judge({"leakage.forget": 0.9, "leakage.control": 0.0}) if not c.passed]
+    harder = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=leak)
+    assert harder is not None and harder["teacher_refresh"] == 0 and harder["stranger_anchor"] is False
 
 
 # ---------------------------------------------------------------- the report

@@ -118,13 +118,15 @@ class Escalation:
     forgetting check (leakage, latent, membership, attacks).  `cures` maps a
     metric prefix to its own (scale, add) changes, applied when a check on a
     metric with that prefix failed: each failed check changes what cures it
-    (utility and fluency failures: gentler, not harder).  Fields the method
-    does not have are ignored.
+    (utility and fluency failures: gentler, not harder).  `settings` maps a
+    metric prefix to settings set outright (a switch, a mode: what no scaling
+    can turn on).  Fields the method does not have are ignored.
     """
 
     scale: Mapping[str, float] = field(default_factory=dict)
     add: Mapping[str, float] = field(default_factory=dict)
     cures: Mapping[str, tuple[Mapping[str, float], Mapping[str, float]]] = field(default_factory=dict)
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,11 @@ _COMMON_ESCALATION = {
             "utility.": ({"retain_weight": 2.0, "lr": 0.5}, {}),
             "fluency.": ({"lr": 0.5, "retain_weight": 1.5}, {}),
         },
+        # Knowledge that a few steps of fine-tuning bring back is still in the weights,
+        # under a surface the fixed teacher flattened: refresh the teacher from the model
+        # being trained, with strangers anchored so that it cannot overshoot
+        # (docs/methods.md, "A teacher that follows the student").
+        settings={"attack.relearn": {"teacher_refresh": 50, "stranger_anchor": True}},
     ),
     "kif": Escalation(
         scale={"steps": 2.0},
@@ -378,7 +385,8 @@ def policy_from_json(document: Mapping[str, Any]) -> Policy:
             str(method): Escalation(
                 scale=dict(rule.get("scale", {})), add=dict(rule.get("add", {})),
                 cures={str(k): (dict(v.get("scale", {})), dict(v.get("add", {})))
-                       for k, v in (rule.get("cures") or {}).items()})
+                       for k, v in (rule.get("cures") or {}).items()},
+                settings={str(k): dict(v) for k, v in (rule.get("settings") or {}).items()})
             for method, rule in (document.get("escalation") or {}).items()
         }
         policy = Policy(name=str(document["name"]), version=str(document["version"]), checks=checks,
@@ -448,6 +456,15 @@ def policy_escalate(
         _apply(stronger, hparams, scale, add, notes)
         notes[before:] = [f"{check.metric} failed: {n}" for n in notes[before:]]
         changed_keys |= {k for k in (*scale, *add) if stronger.get(k) != hparams.get(k)}
+    for check in failed:
+        for prefix, values in rule.settings.items():
+            if check.metric.startswith(prefix):
+                for key, value in values.items():
+                    if key in changed_keys or key not in stronger or stronger[key] == value:
+                        continue
+                    notes.append(f"{check.metric} failed: {key} {stronger[key]} -> {value} (set)")
+                    stronger[key] = value
+                    changed_keys.add(key)
     forgetting = [c for c in failed if c.metric.startswith(FORGETTING_METRICS)]
     if forgetting and not changed_keys:
         _apply(stronger, hparams, rule.scale, rule.add, notes)
