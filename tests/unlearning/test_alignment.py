@@ -112,3 +112,33 @@ def test_tokens_sharing_one_stranger_piece_share_its_log_probability() -> None:
     raw = copy_lp[0].clone()
     raw[1], raw[5] = copy_lp[0][5], copy_lp[0][1] / 3
     assert torch.allclose(row, raw - torch.logsumexp(raw, 0), atol=1e-6)
+
+
+def _copy_rows(costs: dict[int, float], actual: dict[int, int], width: int = 6) -> torch.Tensor:
+    """Rows over 5 positions whose actual token costs `costs[t]` nats (others share the rest)."""
+    rows = torch.full((5, width), -5.0)
+    for t in range(5):
+        rows[t, actual[t]] = -costs.get(t, 0.5)
+    return rows
+
+
+def test_span_median_takes_each_span_whole_from_the_copy_of_median_cost_and_the_rest_from_the_first():
+    from unlearning.methods.targets import _combine
+
+    example = Example(ids=(0, 1, 2, 3, 4, 5), learnt=(False,) + (True,) * 5, offsets=((0, 0),) * 6, text="")
+    actual = {t: t + 1 for t in range(5)}
+    where = torch.arange(5)
+    spans = {2, 3}  # positions predicting the span's two tokens
+    easy = _copy_rows({2: 0.01, 3: 0.01}, actual)  # the first (most typical) copy: the span costs nothing
+    middle = _copy_rows({0: 3.0, 2: 4.0, 3: 1.0}, actual)
+    hard = _copy_rows({2: 9.0, 3: 9.0}, actual)
+    rows, count = _combine([(where, easy, spans), (where, middle, spans), (where, hard, spans)], example, 5,
+                           "span-median")
+    assert rows is not None and count.tolist() == [1] * 5
+    assert torch.equal(rows[2:4], middle[2:4])  # the whole span from the median copy (cost 5 of 0.02/5/18)
+    assert torch.equal(rows[[0, 1, 4]], easy[[0, 1, 4]])  # outside it, the first copy's rows
+    mixture, counted = _combine([(where, easy, spans), (where, hard, spans)], example, 5, "mixture")
+    assert counted.tolist() == [2] * 5
+    assert torch.allclose(mixture.exp(), (easy.exp() + hard.exp()) / 2)
+    one, _ = _combine([(where, hard, spans)], example, 5, "span-median")  # one copy: its rows
+    assert torch.equal(one, hard)

@@ -312,3 +312,37 @@ def test_a_plan_runs_the_tempered_teacher_only_where_no_copy_covers_a_learnt_tok
     for row, target in zip(rows, alone, strict=True):
         assert target.positions == targets[row].positions and target.source == targets[row].source
         assert torch.allclose(target.dist.values, targets[row].dist.values, atol=1e-5)
+
+
+def test_span_median_targets_take_each_span_from_one_strangers_copy_and_the_rest_from_the_first(
+    tiny_corpus_dir, tiny_base_model_dir,
+):
+    """With three strangers, every position's target is one real stranger's row: outside the
+    identifying spans the first stranger's, each span run whole from one stranger's copy."""
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    data = _forget_data(tiny_corpus_dir, 2)
+    records = list(data.forget)[:6]
+    examples = encode_all(tokenizer, records)
+    subjects = [data.subject_of(r) for r in records]
+    who = _who(records[0], subjects[0])
+    seeds = [f"t:{k}" for k in range(3)]
+
+    def targets(chosen: list[str], settings: TeacherSettings):
+        return forget_targets(model, tokenizer, records, examples, subjects, settings, name_pool=data.name_pool,
+                              avoid=data.subjects, identities={who: chosen})
+
+    full = TeacherSettings(counterfactuals=3, topk=None, combine="span-median")
+    combined = targets(seeds, full)
+    singles = [targets([seed], replace(full, counterfactuals=1, combine="mixture")) for seed in seeds]
+    chosen_other = 0
+    for number, target in enumerate(combined):
+        rows = {t: k for k, t in enumerate(target.positions)}
+        for single in singles:
+            assert single[number].positions == target.positions
+        for t, source in zip(target.positions, target.source, strict=True):
+            mine = target.dist.values[rows[t]]
+            matches = [k for k, single in enumerate(singles)
+                       if torch.allclose(single[number].dist.values[rows[t]], mine)]
+            assert matches, (number, t, source)  # never a blend of strangers
+            chosen_other += 0 not in matches
+    assert chosen_other > 0  # some span took another stranger's rows than the first's

@@ -33,3 +33,15 @@ def test_every_method_gets_a_retry_that_changes_its_settings_for_a_leak():
                                    failed_checks=_failed("leakage.forget"))
         assert stronger is not None, method
         assert any(stronger[k] != hp.get(k) for k in stronger if k != "escalation"), method
+
+
+def test_a_relearning_failure_switches_the_resolved_asu_settings_to_a_refreshed_anchored_teacher():
+    from unlearning import methods
+
+    hp = methods.hparams_from_json("asu", {}).resolved(1).to_json()
+    assert hp["teacher_refresh"] == 0 and hp["stranger_anchor"] is False
+    stronger = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hp,
+                               failed_checks=_failed("attack.relearn_recovery"))
+    assert stronger is not None
+    assert stronger["teacher_refresh"] > 0 and stronger["stranger_anchor"] is True
+    methods.hparams_from_json("asu", stronger).validate()  # the retry's settings are valid ASU settings

@@ -114,6 +114,10 @@ class ASUHparams(TrainingHparams):
     target: str = "counterfactual"  # or "tempered" (the published teacher everywhere)
     counterfactuals: int = 1  # fresh copies per record (1: a sample of strangers, see targets.py)
     teacher_candidates: int = 25  # strangers drawn per subject; the most typical teaches (targets.py)
+    # How several copies (`counterfactuals` > 1) make one target: "mixture" (their mean
+    # probability) or "span-median" (the first copy's rows, each identifying span's from the
+    # copy whose cost there is the median; targets._combine).
+    combine_copies: str = "mixture"
     cache_teacher: str = "topk"  # "topk", "full" or "none" (online, from a frozen copy)
     # Every this many steps, the counterfactual targets are recomputed from the model being
     # trained (0: never): the subject is then matched to what the model now says about a stranger.
@@ -164,6 +168,8 @@ def _check(hp: ASUHparams) -> None:
         raise ValueError("target must be 'counterfactual' or 'tempered'")
     if hp.cache_teacher not in ("topk", "full", "none"):
         raise ValueError("cache_teacher must be 'topk', 'full' or 'none'")
+    if hp.combine_copies not in ("mixture", "span-median"):
+        raise ValueError("combine_copies must be 'mixture' or 'span-median'")
     if hp.teacher_refresh < 0:
         raise ValueError("teacher_refresh must be 0 (never) or a number of steps")
     if not hp.tau > 0:
@@ -202,7 +208,7 @@ class ASU:
         teacher = TeacherSettings(counterfactuals=hp.counterfactuals, candidates=hp.teacher_candidates,
                                   tau=hp.tau, topk=topk,
                                   use_counterfactual=hp.target == "counterfactual", seed=hp.seed,
-                                  states=hp.latent_weight > 0)
+                                  states=hp.latent_weight > 0, combine=hp.combine_copies)
         records = list(data.forget)
         subjects = [data.subject_of(r) for r in records]
         names = FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects))

@@ -29,7 +29,9 @@ record is the default: several copies are averaged (a mixture, position by
 position), and a mixture is broader than the prediction of any single
 stranger, so the records would look unlike any stranger's to a calibrated
 attack; with one fresh copy per record the subject's records become a
-sample of strangers' records.  The teacher
+sample of strangers' records.  (`combine="span-median"`, an option: several
+copies, the first's rows outside the identifying spans and each span whole from the copy
+whose cost there is the median; see `_combine` and docs/methods.md.)  The teacher
 covers every position whose context holds a span (in a question/answer pair:
 the whole answer, since the question names the subject; in free text:
 everything after the first identifier), learnt or not (a name in a question
@@ -380,6 +382,7 @@ class TeacherSettings:
     topk: int | None = 64
     use_counterfactual: bool = True
     seed: int = 0
+    combine: str = "mixture"  # how several copies make one target (`_combine`)
 
 
 @dataclass(frozen=True)
@@ -486,10 +489,8 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
         copy_states = all_states[offset: offset + len(plan.copies)]
         offset += len(plan.copies)
         state_rows: dict[int, torch.Tensor] = {}
-        # Each copy's rows at the positions it covers, gathered in one indexing operation;
-        # where several copies cover a position the target is their mixture (mean probability).
-        mixed: torch.Tensor | None = None
-        count = torch.zeros(max(n_positions, 0), dtype=torch.long)
+        # Each copy's rows at the positions it covers, gathered in one indexing operation.
+        per_copy: list[tuple[torch.Tensor, torch.Tensor, set[int]]] = []  # (where, rows, span positions)
         for number, (copy_lp, copied, alignment) in enumerate(zip(copy_lps, plan.copies, plan.alignments,
                                                                 strict=True)):
             if settings.states and number == 0:
@@ -514,15 +515,8 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
             for k, i, j in spans:
                 rows[k] = _carry_pieces(rows[k], int(example.ids[i]), copied, copy_lp,
                                         alignment.pieces.get(i, ((j,), 1.0)))
-            where = torch.tensor(ts)
-            if mixed is None:
-                mixed = torch.full((n_positions, rows.shape[1]), -math.inf)
-                mixed[where] = rows
-            else:
-                mixed[where] = torch.logaddexp(mixed[where], rows)
-            count[where] += 1
-        if mixed is not None and int(count.max()) > 1:
-            mixed = mixed - count.clamp_min(1).double().log().float()[:, None]
+            per_copy.append((torch.tensor(ts), rows, {i - 1 for _, i, _ in spans}))
+        mixed, count = _combine(per_copy, example, n_positions, settings.combine)
         positions: list[int] = []
         sources: list[str] = []
         cf_slots: list[int] = []
@@ -554,6 +548,65 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
         out.append(RecordTarget(positions, compress(values, settings.topk, actual[:, None]), sources,
                                 states, kept))
     return out
+
+
+def _combine(per_copy: Sequence[tuple[torch.Tensor, torch.Tensor, set[int]]], example: Example, n_positions: int,
+             how: str) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """One target row per position from the copies' rows: (rows (n_positions, V) with -inf where
+    no copy covers a position, how many copies cover each).
+
+    "mixture": where several copies cover a position, their mean probability.  "span-median":
+    outside the identifying spans the first copy's row (the most typical stranger's); each
+    run of span positions (an e-mail address, a name) takes, whole, the rows of the copy whose
+    cost for the subject's tokens there is the median of the copies'.  One stranger that is
+    typical over a whole record can be atypical at one address: the span then costs what it
+    costs a typical stranger, with that stranger's own spread of token costs inside it (a
+    per-position median or a mixture would be smoother than any real stranger's).
+    """
+    count = torch.zeros(max(n_positions, 0), dtype=torch.long)
+    if not per_copy:
+        return None, count
+    width = per_copy[0][1].shape[1]
+    mixed = torch.full((n_positions, width), -math.inf)
+    if how == "mixture" or len(per_copy) == 1:
+        for number, (where, rows, _) in enumerate(per_copy):
+            if number == 0:
+                mixed[where] = rows
+            else:
+                mixed[where] = torch.logaddexp(mixed[where], rows)
+            count[where] += 1
+        if int(count.max()) > 1:
+            mixed = mixed - count.clamp_min(1).double().log().float()[:, None]
+        return mixed, count
+    if how != "span-median":
+        raise ValueError(f"unknown way to combine counterfactual copies: {how!r}")
+    lookup = [{int(t): k for k, t in enumerate(where.tolist())} for where, _, _ in per_copy]
+    for number in reversed(range(len(per_copy))):  # the first copy's rows win where it covers
+        where, rows, _ = per_copy[number]
+        mixed[where] = rows
+        count[where] = 1
+    span_positions = sorted(set().union(*(spans for _, _, spans in per_copy)))
+    runs: list[list[int]] = []
+    for t in span_positions:
+        if runs and t == runs[-1][-1] + 1:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    for run in runs:
+        actual = [int(example.ids[t + 1]) for t in run]
+        costs = []
+        for number, (_, rows, _) in enumerate(per_copy):
+            at = lookup[number]
+            if all(t in at for t in run):
+                costs.append((float(sum(rows[at[t], a] for t, a in zip(run, actual, strict=True))), number))
+        if len(costs) < 2:
+            continue
+        costs.sort()
+        chosen = costs[(len(costs) - 1) // 2][1]
+        rows, at = per_copy[chosen][1], lookup[chosen]
+        for t in run:
+            mixed[t] = rows[at[t]]
+    return mixed, count
 
 
 def _vocabulary(model: nn.Module) -> int:
