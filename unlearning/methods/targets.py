@@ -397,6 +397,31 @@ class TargetPlan:
     first_span: int  # the first original token inside a span (len(ids) when none)
     covered: frozenset[int]  # prediction positions t some copy gives a distribution for
     tempered: bool  # a learnt position no copy covers: the tempered teacher is needed
+    # The index layout `targets_from_plans` derives from the plan (`_layout`), kept after its
+    # first use: an online teacher rebuilds the targets every step from the same plan.
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class _CopyLayout:
+    number: int  # which of the plan's copies
+    where: torch.Tensor  # the prediction positions t of the example this copy covers
+    rows: torch.Tensor  # the copy's output row for each of them
+    spans: tuple[tuple[int, int, tuple[tuple[int, ...], float]], ...]  # (row k, token i, pieces) to carry
+    span_positions: frozenset[int]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    copies: tuple[_CopyLayout, ...]
+    positions: list[int]
+    sources: list[str]
+    cf_slots: torch.Tensor
+    cf_rows: torch.Tensor
+    tempered_slots: torch.Tensor
+    tempered_rows: torch.Tensor
+    actual: torch.Tensor
+    states: tuple[tuple[int, int], ...]  # (t, j): the first copy's state j stands for the example's at t
 
 
 def plan_targets(
@@ -472,13 +497,15 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
                        plans: Sequence[TargetPlan], settings: TeacherSettings) -> list[RecordTarget]:
     """The targets of planned examples: the model runs on every copy, and tempered only on the
     examples whose plan needs it."""
-    tau = settings.tau if tempering_supported(model) else 1.0
-    if tau != settings.tau:
-        logger.warning("%s has no attention module with a float scaling: no tempered teacher, the "
-                       "original prediction stands where no counterfactual applies", type(model).__name__)
     needs = [k for k, plan in enumerate(plans) if plan.tempered]
-    tempered = dict(zip(needs, position_logprobs(model, tokenizer, [examples[k] for k in needs], tau=tau),
-                        strict=True))
+    tempered: dict[int, torch.Tensor] = {}
+    if needs:  # an online teacher calls this every step: nothing to temper, no tempered pass
+        tau = settings.tau if tempering_supported(model) else 1.0
+        if tau != settings.tau:
+            logger.warning("%s has no attention module with a float scaling: no tempered teacher, the "
+                           "original prediction stands where no counterfactual applies", type(model).__name__)
+        tempered = dict(zip(needs, position_logprobs(model, tokenizer, [examples[k] for k in needs], tau=tau),
+                            strict=True))
     all_copies = [copied for plan in plans for copied in plan.copies]
     all_lps, all_states = position_outputs(model, tokenizer, all_copies, states=settings.states)
     out: list[RecordTarget] = []
@@ -488,69 +515,91 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
         copy_lps = all_lps[offset: offset + len(plan.copies)]
         copy_states = all_states[offset: offset + len(plan.copies)]
         offset += len(plan.copies)
-        state_rows: dict[int, torch.Tensor] = {}
-        # Each copy's rows at the positions it covers, gathered in one indexing operation.
-        per_copy: list[tuple[torch.Tensor, torch.Tensor, set[int]]] = []  # (where, rows, span positions)
-        for number, (copy_lp, copied, alignment) in enumerate(zip(copy_lps, plan.copies, plan.alignments,
-                                                                strict=True)):
-            if settings.states and number == 0:
-                # The state of token t (what predicts t + 1), where token t itself is no span.
-                for t, (j, is_span) in alignment.tokens.items():
-                    if not is_span and 0 <= t < n_positions and j < copy_states[0].shape[1]:
-                        state_rows[t] = copy_states[0][:, j]
-            ts: list[int] = []
-            js: list[int] = []
-            spans: list[tuple[int, int, int]] = []
-            for i, (j, is_span) in alignment.tokens.items():
-                t = i - 1  # the position that predicts token i
-                if t < 0 or j < 1 or t >= n_positions or j - 1 >= copy_lp.shape[0]:
-                    continue
-                if is_span:
-                    spans.append((len(ts), i, j))
-                ts.append(t)
-                js.append(j - 1)
-            if not ts:
-                continue
-            rows = copy_lp[torch.tensor(js)]
-            for k, i, j in spans:
-                rows[k] = _carry_pieces(rows[k], int(example.ids[i]), copied, copy_lp,
-                                        alignment.pieces.get(i, ((j,), 1.0)))
-            per_copy.append((torch.tensor(ts), rows, {i - 1 for _, i, _ in spans}))
-        mixed, count = _combine(per_copy, example, n_positions, settings.combine)
-        positions: list[int] = []
-        sources: list[str] = []
-        cf_slots: list[int] = []
-        cf_rows: list[int] = []
-        tempered_slots: list[int] = []
-        tempered_rows: list[int] = []
-        for t in range(n_positions):
-            if count[t] > 0 and t + 1 >= plan.first_span:
-                cf_slots.append(len(positions))
-                cf_rows.append(t)
-                sources.append("counterfactual")
-            elif example.learnt[t + 1]:
-                tempered_slots.append(len(positions))
-                tempered_rows.append(t)
-                sources.append("tempered")
-            else:
-                continue
-            positions.append(t)
+        layout = _layout(example, plan, tuple(int(lp.shape[0]) for lp in copy_lps))
+        per_copy: list[tuple[torch.Tensor, torch.Tensor, frozenset[int]]] = []
+        for part in layout.copies:
+            copy_lp, copied = copy_lps[part.number], plan.copies[part.number]
+            rows = copy_lp[part.rows]
+            for k, i, pieces in part.spans:
+                rows[k] = _carry_pieces(rows[k], int(example.ids[i]), copied, copy_lp, pieces)
+            per_copy.append((part.where, rows, part.span_positions))
+        mixed, _ = _combine(per_copy, example, n_positions, settings.combine)
         width = (mixed.shape[1] if mixed is not None else
-                 tempered[index].shape[1] if tempered_rows else _vocabulary(model))
-        values = torch.zeros(len(positions), width)
-        if cf_rows and mixed is not None:
-            values[torch.tensor(cf_slots)] = mixed[torch.tensor(cf_rows)]
-        if tempered_rows:
-            values[torch.tensor(tempered_slots)] = tempered[index][torch.tensor(tempered_rows)]
-        actual = torch.tensor([int(example.ids[t + 1]) for t in positions], dtype=torch.long)
-        kept = [t for t in positions if t in state_rows and t + 1 > plan.first_span]
-        states = torch.stack([state_rows[t] for t in kept]) if kept else None
-        out.append(RecordTarget(positions, compress(values, settings.topk, actual[:, None]), sources,
-                                states, kept))
+                 tempered[index].shape[1] if len(layout.tempered_rows) else _vocabulary(model))
+        values = torch.zeros(len(layout.positions), width)
+        if len(layout.cf_rows) and mixed is not None:
+            values[layout.cf_slots] = mixed[layout.cf_rows]
+        if len(layout.tempered_rows):
+            values[layout.tempered_slots] = tempered[index][layout.tempered_rows]
+        states, kept = None, []
+        if settings.states and copy_states:
+            # The state of token t (what predicts t + 1), where token t itself is no span.
+            state_rows = {t: copy_states[0][:, j] for t, j in layout.states if j < copy_states[0].shape[1]}
+            kept = [t for t in layout.positions if t in state_rows and t + 1 > plan.first_span]
+            states = torch.stack([state_rows[t] for t in kept]) if kept else None
+        out.append(RecordTarget(list(layout.positions), compress(values, settings.topk, layout.actual[:, None]),
+                                list(layout.sources), states, kept))
     return out
 
 
-def _combine(per_copy: Sequence[tuple[torch.Tensor, torch.Tensor, set[int]]], example: Example, n_positions: int,
+def _layout(example: Example, plan: TargetPlan, output_lengths: tuple[int, ...]) -> _Layout:
+    """Which rows of which copy's output make the example's target, and where they go: fixed by
+    the plan and the copies' output lengths, so computed once per plan."""
+    found: _Layout | None = plan.memo.get(output_lengths)
+    if found is not None:
+        return found
+    n_positions = len(example) - 1
+    copies: list[_CopyLayout] = []
+    covered: set[int] = set()
+    for number, (length, alignment) in enumerate(zip(output_lengths, plan.alignments, strict=True)):
+        ts: list[int] = []
+        js: list[int] = []
+        spans: list[tuple[int, int, tuple[tuple[int, ...], float]]] = []
+        for i, (j, is_span) in alignment.tokens.items():
+            t = i - 1  # the position that predicts token i
+            if t < 0 or j < 1 or t >= n_positions or j - 1 >= length:
+                continue
+            if is_span:
+                spans.append((len(ts), i, alignment.pieces.get(i, ((j,), 1.0))))
+            ts.append(t)
+            js.append(j - 1)
+        if not ts:
+            continue
+        covered.update(ts)
+        copies.append(_CopyLayout(number, torch.tensor(ts), torch.tensor(js), tuple(spans),
+                                  frozenset(i - 1 for _, i, _ in spans)))
+    positions: list[int] = []
+    sources: list[str] = []
+    cf_slots: list[int] = []
+    cf_rows: list[int] = []
+    tempered_slots: list[int] = []
+    tempered_rows: list[int] = []
+    for t in range(n_positions):
+        if t in covered and t + 1 >= plan.first_span:
+            cf_slots.append(len(positions))
+            cf_rows.append(t)
+            sources.append("counterfactual")
+        elif example.learnt[t + 1]:
+            tempered_slots.append(len(positions))
+            tempered_rows.append(t)
+            sources.append("tempered")
+        else:
+            continue
+        positions.append(t)
+    first = plan.alignments[0].tokens.items() if plan.alignments else ()
+    layout = _Layout(tuple(copies), positions, sources, _index(cf_slots), _index(cf_rows),
+                     _index(tempered_slots), _index(tempered_rows),
+                     _index([int(example.ids[t + 1]) for t in positions]),
+                     tuple((t, j) for t, (j, is_span) in first if not is_span and 0 <= t < n_positions))
+    plan.memo[output_lengths] = layout
+    return layout
+
+
+def _index(values: list[int]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.long)
+
+
+def _combine(per_copy: Sequence[tuple[torch.Tensor, torch.Tensor, frozenset[int]]], example: Example, n_positions: int,
              how: str) -> tuple[torch.Tensor | None, torch.Tensor]:
     """One target row per position from the copies' rows: (rows (n_positions, V) with -inf where
     no copy covers a position, how many copies cover each).
