@@ -363,10 +363,11 @@ def _shapes(shapes: Any) -> list[str]:
     missing = _missing_family("shapes", shapes)
     if missing is not None:
         return out + missing
-    out += [f"One person of {shapes['people']} erased per case by ASU and by KIF at their defaults (and KIF with its",
-            "gates distilled into the weights, `distill_steps` 120), with the base",
-            "and a model retrained without the person (the oracle, on the base's own tokenizer) beside them;",
-            "all four verified by the default policy against the shape's control records (people never",
+    out += [f"Per case, persons of the {shapes['people']} are erased one at a time from the same base: the first by ASU and",
+            "by KIF at their defaults (and KIF with its gates distilled into the weights, `distill_steps` 120),",
+            "the others (rows `person N:`, where measured) by ASU alone; each person has a model retrained",
+            "without them (the oracle, on the base's own tokenizer) beside it, and everything is",
+            "verified by the default policy against the shape's control records (people never",
             f"trained on).  The bases train up to {shapes['max_steps']} steps (tiny preset).  Built by `bench/shapes.py`",
             "from the fixtures of tests/real_shaped.py.  An ASU candidate that fails gets the service's one",
             "escalated retry (each failed check's cure, `policy_escalate`): row `asu_escalated`, with what it changed.", ""]
@@ -377,27 +378,57 @@ def _shapes(shapes: Any) -> list[str]:
         if _missing_family(key, case) is not None:
             rows.append([key, "-", "-", f"not measured: {case.get('not_measured')}", *["-"] * 8])
             continue
-        for name in ("base", "oracle", "asu", "asu_escalated", "kif", "kif-distil"):
-            if name not in case:
-                continue
-            r = case[name]
-            if "refused" in r:
-                rows.append(["", "", name, f"refused: {r['refused']}", *["-"] * 8])
-                continue
-            m = r["metrics"]
-            rows.append([
-                key if name == "base" else "", fmt(case["memorised"]["accuracy"]) if name == "base" else "", name,
-                ("PASS" if r["passed"] else "**FAIL**") + (f" ({r['guarantee']})" if r.get("guarantee") else ""),
-                f"{r['checks_passed']}/{r['checks']}",
-                f"{fmt(m.get('leakage.forget'))} / {fmt(m.get('leakage.control'))}",
-                f"{fmt(m.get('mia.auc'))} / {fmt(m.get('mia.zlib_auc'))} / {fmt(m.get('mia.span_auc'))}",
-                fmt(m.get("latent.residual_ratio")), fmt(m.get("utility.retain_ratio")),
-                fmt(m.get("attack.relearn_recovery")), fmt(m.get("attack.quant4_leakage")),
-                "; ".join(r["failed"]) or "-",
-            ])
-            if r.get("changed"):
-                rows.append(["", "", "", "changed: " + "; ".join(r["changed"]), *["-"] * 8])
+        first = f"person {case['person']}: " if "person" in case else ""
+        _shape_rows(rows, case, ("base", "oracle", "asu", "asu_escalated", "kif", "kif-distil"), key, first)
+        for person, more in (case.get("more_persons") or {}).items():
+            _shape_rows(rows, more, ("oracle", "asu", "asu_escalated"), "", f"person {person}: ")
+    counts = _shape_counts(shapes["cases"])
+    if counts["persons"]:
+        out += [f"Over {counts['persons']} erased persons: ASU passes {counts['asu']} at once and "
+                f"{counts['asu'] + counts['escalated']} after the service's retry; the oracle passes {counts['oracle']}.", ""]
     return out + _table(header, rows)
+
+
+def _shape_counts(cases: dict[str, Any]) -> dict[str, int]:
+    counts = {"persons": 0, "asu": 0, "escalated": 0, "oracle": 0}
+    for case in cases.values():
+        if _missing_family("", case) is not None:
+            continue
+        for person in [case, *(case.get("more_persons") or {}).values()]:
+            if "asu" not in person or "refused" in person["asu"]:
+                continue
+            counts["persons"] += 1
+            counts["asu"] += bool(person["asu"].get("passed"))
+            counts["escalated"] += bool(not person["asu"].get("passed") and person.get("asu_escalated", {}).get("passed"))
+            counts["oracle"] += bool(person.get("oracle", {}).get("passed"))
+    return counts
+
+
+def _shape_rows(rows: list[list[str]], case: dict[str, Any], names: Sequence[str], key: str, prefix: str) -> None:
+    """The rows of one erased person: a row per candidate, then what an escalated retry changed."""
+    for name in names:
+        if name not in case:
+            continue
+        r = case[name]
+        label = prefix + name
+        lead = [key if name == names[0] else "",
+                fmt(case["memorised"]["accuracy"]) if name == "base" and "memorised" in case else ""]
+        if "refused" in r:
+            rows.append([*lead, label, f"refused: {r['refused']}", *["-"] * 8])
+            continue
+        m = r["metrics"]
+        rows.append([
+            *lead, label,
+            ("PASS" if r["passed"] else "**FAIL**") + (f" ({r['guarantee']})" if r.get("guarantee") else ""),
+            f"{r['checks_passed']}/{r['checks']}",
+            f"{fmt(m.get('leakage.forget'))} / {fmt(m.get('leakage.control'))}",
+            f"{fmt(m.get('mia.auc'))} / {fmt(m.get('mia.zlib_auc'))} / {fmt(m.get('mia.span_auc'))}",
+            fmt(m.get("latent.residual_ratio")), fmt(m.get("utility.retain_ratio")),
+            fmt(m.get("attack.relearn_recovery")), fmt(m.get("attack.quant4_leakage")),
+            "; ".join(r["failed"]) or "-",
+        ])
+        if r.get("changed"):
+            rows.append(["", "", "", "changed: " + "; ".join(r["changed"]), *["-"] * 8])
 
 
 def _service(service: Any) -> list[str]:

@@ -6,7 +6,9 @@ question/answer records; chat threads), one decoder architecture and one tokeniz
 (`unlearning.demo.tokenizer.STYLES`), all built here.  Per case: train the base (its
 memorisation by record shape), erase one person with ASU and with KIF at their defaults,
 train the retrain-without oracle on the base's own tokenizer, and verify all four with the
-default policy against the shape's control records (people never trained on).  An ASU
+default policy against the shape's control records (people never trained on).  Two more
+persons (`PERSONS`) are then erased from the same base, one at a time, by ASU with their own
+oracles: one person's figures are one draw.  An ASU
 candidate that fails gets the one escalated retry the service would run (`policy_escalate`:
 each failed check's cure), verified the same way.  The report gives the verdict and the
 failed checks of each, and the ASU and oracle figures side by side.
@@ -29,7 +31,7 @@ CROSSED = (("free_text", "llama", "llama"), ("plain_qa", "opt", "gpt2"), ("chat"
 # (label, method, hyper-parameter overrides): the defaults, and KIF distilled into the weights.
 CANDIDATES = (("asu", "asu", {}), ("kif", "kif", {}), ("kif-distil", "kif", {"distill_steps": 120}))
 PEOPLE = 30
-SUBJECT = 3
+PERSONS = (3, 5, 11)  # erased one at a time from the same base; KIF on the first only
 METRICS = ("leakage.forget", "leakage.control", "mia.auc", "mia.zlib_auc", "mia.span_auc",
            "latent.residual_ratio", "utility.retain_ratio", "fluency.gibberish_rate",
            "attack.relearn_recovery", "attack.quant4_leakage")
@@ -48,25 +50,22 @@ def _verdict(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_case(shape: str, arch: str, style: str, *, work: Path, console: Console, max_steps: int) -> dict[str, Any]:
+    """One shape: the base trained once, then each of `PERSONS` erased from it in turn (the
+    first with every candidate, the others with ASU and the oracle; `more_persons`)."""
     import torch
 
     from tests.real_shaped import shaped_corpus
     from unlearning.corpus import Corpus
     from unlearning.demo.train_base import PRESETS, train_base
-    from unlearning.erase import erase
-    from unlearning.sets import Subject, build_sets
-    from unlearning.verification import DEFAULT_POLICY, CheckResult, policy_escalate, verify
 
     torch.manual_seed(0)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     records, persons, control = shaped_corpus(shape, PEOPLE, seed=0)
     corpus = Corpus(tuple(records))
-    person = persons[SUBJECT]
-    sets = build_sets(corpus, [Subject(person.name, (), person.identifiers)])
     preset = dataclasses.replace(PRESETS["tiny"], max_steps=max_steps)
     out: dict[str, Any] = {"shape": shape, "arch": arch, "tokenizer": style, "people": PEOPLE,
-                           "forget_records": len(sets.forget), "seconds": {}}
+                           "person": PERSONS[0], "seconds": {}}
     started = time.perf_counter()
     with console.task(f"{shape}/{arch}: train the base") as progress:
         trained = train_base(corpus, work / "base", preset=preset, arch=arch, tokenizer_style=style,
@@ -74,35 +73,59 @@ def run_case(shape: str, arch: str, style: str, *, work: Path, console: Console,
     out["seconds"]["train"] = round(time.perf_counter() - started, 1)
     out["memorised"] = {"accuracy": trained.accuracy, "by_shape": dict(trained.accuracy_by_shape),
                         "steps": trained.steps}
+    for number, index in enumerate(PERSONS):
+        where = out if number == 0 else out.setdefault("more_persons", {}).setdefault(str(index), {"seconds": {}})
+        _erase_person(persons[index], corpus, control, where, work=work, console=console, preset=preset, arch=arch,
+                      tag=f"{shape}/{arch} person {index}",
+                      candidates=CANDIDATES if number == 0 else CANDIDATES[:1], with_base=number == 0)
+    shutil.rmtree(work, ignore_errors=True)  # checkpoints are large; the figures are kept
+    return out
+
+
+def _erase_person(person: Any, corpus: Any, control: Any, out: dict[str, Any], *, work: Path, console: Console,
+                  preset: Any, arch: str, tag: str, candidates: tuple[tuple[str, str, dict[str, Any]], ...],
+                  with_base: bool) -> None:
+    """Train the oracle without one person, erase them with each candidate method (ASU, when it
+    fails, once more with the service's escalated settings) and verify everything."""
+    from unlearning.demo.train_base import train_base
+    from unlearning.erase import erase
+    from unlearning.sets import Subject, build_sets
+    from unlearning.verification import DEFAULT_POLICY, CheckResult, policy_escalate, verify
+
+    sets = build_sets(corpus, [Subject(person.name, (), person.identifiers)])
+    out["forget_records"] = len(sets.forget)
+    for stale in ("oracle", *(label for label, _, _ in candidates), "asu-escalated"):
+        shutil.rmtree(work / stale, ignore_errors=True)
     started = time.perf_counter()
-    with console.task(f"{shape}/{arch}: train the retrain-without oracle") as progress:
+    with console.task(f"{tag}: train the retrain-without oracle") as progress:
         train_base(corpus.without(r.id for r in sets.forget), work / "oracle", preset=preset, arch=arch,
                    tokenizer=work / "base", progress=progress)
     out["seconds"]["oracle_train"] = round(time.perf_counter() - started, 1)
-    candidates = {"base": work / "base", "oracle": work / "oracle"}
+    made = {"base": work / "base"} if with_base else {}
+    made["oracle"] = work / "oracle"
     resolved: dict[str, Any] = {}
-    for label, method, hparams in CANDIDATES:
+    for label, method, hparams in candidates:
         started = time.perf_counter()
         try:
-            with console.task(f"{shape}/{arch}: erase with {label}") as progress:
+            with console.task(f"{tag}: erase with {label}") as progress:
                 result = erase(work / "base", sets, method=method, out_dir=work / label,
                                hparams=dict(hparams), progress=progress)
-            candidates[label], resolved[label] = result.out_dir, result.hparams
+            made[label], resolved[label] = result.out_dir, result.hparams
         except ValueError as refusal:  # the method's own refusal (a user would get it as a 4xx / exit 2)
             out[label] = {"refused": str(refusal)}
-            console.say(f"{shape}/{arch}: {label} refused: {refusal}")
+            console.say(f"{tag}: {label} refused: {refusal}")
         out["seconds"][f"erase_{label}"] = round(time.perf_counter() - started, 1)
 
     def judge(name: str, candidate: Path) -> dict[str, Any]:
         started = time.perf_counter()
-        with console.task(f"{shape}/{arch}: verify {name}") as progress:
+        with console.task(f"{tag}: verify {name}") as progress:
             report = verify(candidate, work / "base", sets, control=control, corpus=corpus,
                             policy=DEFAULT_POLICY, progress=progress).to_json()
         out["seconds"][f"verify_{name}"] = round(time.perf_counter() - started, 1)
         out[name] = _verdict(report)
         return report
 
-    reports = {name: judge(name, candidate) for name, candidate in candidates.items()}
+    reports = {name: judge(name, candidate) for name, candidate in made.items()}
     asu = reports.get("asu")
     if asu is not None and not asu["passed"]:  # the service's one escalated retry
         failed = [CheckResult.from_json(c) for c in asu["checks"]]
@@ -110,14 +133,12 @@ def run_case(shape: str, arch: str, style: str, *, work: Path, console: Console,
         stronger = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=failed)
         if stronger is not None:
             started = time.perf_counter()
-            with console.task(f"{shape}/{arch}: erase with asu, escalated") as progress:
+            with console.task(f"{tag}: erase with asu, escalated") as progress:
                 again = erase(work / "base", sets, method="asu", out_dir=work / "asu-escalated",
                               hparams=stronger, progress=progress).out_dir
             out["seconds"]["erase_asu_escalated"] = round(time.perf_counter() - started, 1)
             judge("asu_escalated", again)
             out["asu_escalated"]["changed"] = list(stronger.get("escalation") or [])
-    shutil.rmtree(work, ignore_errors=True)  # checkpoints are large; the figures are kept
-    return out
 
 
 def run_shapes(settings: Any, *, work: Path, console: Console) -> dict[str, Any]:

@@ -107,6 +107,11 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
                 "asu_escalated": {"passed": True, "guarantee": "weights", "checks_passed": 14, "checks": 14,
                                   "failed": [], "metrics": {"leakage.forget": 0.0},
                                   "changed": ["attack.relearn_recovery failed: stranger_anchor False -> True (set)"]},
+                "more_persons": {"5": {"forget_records": 2, "oracle": {
+                    "passed": False, "guarantee": "weights", "checks_passed": 13, "checks": 14,
+                    "failed": ["latent residual knowledge"], "metrics": {"latent.residual_ratio": 0.71}},
+                    "asu": {"passed": True, "guarantee": "weights", "checks_passed": 14, "checks": 14,
+                            "failed": [], "metrics": {"latent.residual_ratio": 0.2}}}},
                 "kif-distil": {"refused": "no layer separates the subjects"}},
             "chat/gpt_neox/llama": not_measured("RuntimeError: out of memory")}},
     }
@@ -124,6 +129,10 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
     assert "|  |  | asu | **FAIL** (weights) | 13/14 | 0.140 / 0.000 |" in md
     assert "|  |  | asu_escalated | PASS (weights) | 14/14 |" in md  # the service's retry, after the first
     assert "changed: attack.relearn_recovery failed: stranger_anchor False -> True (set)" in md
+    # Further persons of the same base: their own rows, and a count over every erased person.
+    assert "|  |  | person 5: oracle | **FAIL** (weights) | 13/14 |" in md
+    assert "|  |  | person 5: asu | PASS (weights) | 14/14 |" in md
+    assert "Over 2 erased persons: ASU passes 1 at once and 2 after the service's retry; the oracle passes 1." in md
     assert "not measured: RuntimeError: out of memory" in md
     assert "|  |  | kif-distil | refused: no layer separates the subjects |" in md  # the rest of the case kept
     assert "0.125 ± 0.035" in md  # asu-kl forget leakage over its two seeds
