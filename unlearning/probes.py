@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -119,16 +119,38 @@ def _runs(answer: str, seen: set[str]) -> list[list[tuple[int, str]]]:
     return runs
 
 
-def derive_value(record: Record, names: Sequence[str] = ()) -> str:
+def answer_frequencies(records: Iterable[Record]) -> dict[str, float]:
+    """The share of question/answer and chat answers that hold each word (by `_key`).
+
+    A word most answers of a corpus repeat is its wording ("by trade", "works
+    as"), not a fact; `derive_value` prefers the rarer run.  Computed over the
+    records an erasure's sets hold (forget and retain), so that the sets'
+    probes and the verifier's facts derive the same values."""
+    counts: dict[str, int] = {}
+    answers = 0
+    for record in records:
+        texts = ([record.answer] if record.is_qa and record.answer else
+                 [m.content for m in record.messages if m.learnt] if record.is_chat else [])
+        for text in texts:
+            answers += 1
+            for key in {_key(w) for w in _WORD.findall(text)}:
+                counts[key] = counts.get(key, 0) + 1
+    return {key: n / answers for key, n in counts.items()} if answers else {}
+
+
+def derive_value(record: Record, names: Sequence[str] = (),
+                 frequencies: Mapping[str, float] | None = None) -> str:
     """The fact a question/answer record states: the answer's words that the question lacks.
 
     Among the runs of answer words that are not in the question (nor in
-    `names`, nor stop words), the last one that names something (holds a digit
-    or a capital letter) wins, else the last one: answers usually end with
-    their fact ("... was born in Lisbon.").  A run shorter than three
-    characters ("Q.") takes the rest of the sentence with it ("Q. Cardoso").
-    Free text has no single fact (its values are its identifying spans), so
-    this is for question/answer pairs and chat turns.
+    `names`, nor stop words), one that names something (holds a digit or a
+    capital letter) wins; among those, the one whose rarest word is rarest in
+    `frequencies` (`answer_frequencies` of the corpus's answers: "locksmith",
+    not the wording "trade" of "... is a locksmith by trade."); then the last:
+    answers usually end with their fact ("... was born in Lisbon.").  A run
+    shorter than three characters ("Q.") takes the rest of the sentence with
+    it ("Q. Cardoso").  Free text has no single fact (its values are its
+    identifying spans), so this is for question/answer pairs and chat turns.
     """
     answer = record.answer if record.answer is not None else (record.text or "")
     seen = {_key(w) for w in _WORD.findall(record.question or "")}
@@ -141,7 +163,12 @@ def derive_value(record: Record, names: Sequence[str] = ()) -> str:
     def names_something(run: list[tuple[int, str]]) -> bool:
         return any(any(ch.isdigit() for ch in w) or w[:1].isupper() for _, w in run)
 
-    chosen = max(enumerate(runs), key=lambda item: (names_something(item[1]), item[0]))[1]
+    share = frequencies or {}
+
+    def rarity(run: list[tuple[int, str]]) -> float:
+        return -min(share.get(_key(w), 0.0) for _, w in run)
+
+    chosen = max(enumerate(runs), key=lambda item: (names_something(item[1]), rarity(item[1]), item[0]))[1]
     value = " ".join(w for _, w in chosen)
     if len(value) < 3:
         value = answer[chosen[0][0]:].strip().rstrip(".!?")
@@ -152,17 +179,18 @@ def derive_value(record: Record, names: Sequence[str] = ()) -> str:
     return value
 
 
-def record_values(record: Record, subject: Subject | None) -> list[Span]:
+def record_values(record: Record, subject: Subject | None,
+                  frequencies: Mapping[str, float] | None = None) -> list[Span]:
     """The values probes ask about: the stated fact of a Q/A pair, then identifying spans.
 
     The subject's names are never values (they are in the prompt); at most
-    `MAX_VALUES_PER_RECORD` per record.
+    `MAX_VALUES_PER_RECORD` per record.  `frequencies`: see `derive_value`.
     """
     names = [subject.name, *subject.aliases] if subject is not None else []
     spans = [s for s in find_spans(record, subject) if s.kind not in ("name", "name_part")]
     values: list[Span] = []
     if record.is_qa:
-        fact = derive_value(record, names)
+        fact = derive_value(record, names, frequencies)
         if fact:
             values.append(Span(fact, "fact"))
     elif record.is_chat:
@@ -170,7 +198,7 @@ def record_values(record: Record, subject: Subject | None) -> list[Span]:
             if turn.learnt:
                 question = next((m.content for m in reversed(record.messages[: record.messages.index(turn)])
                                  if not m.learnt), "")
-                fact = derive_value(Record(id="", question=question, answer=turn.content), names)
+                fact = derive_value(Record(id="", question=question, answer=turn.content), names, frequencies)
                 if fact:
                     values.append(Span(fact, "fact"))
     for span in spans:
@@ -293,9 +321,11 @@ def _attribute(record: Record, value: Span) -> str:
     return attribute if isinstance(attribute, str) and value.kind == "fact" else value.kind
 
 
-def probes_for(record: Record, subject: Subject | None, index: int) -> list[Probe]:
-    """Every probe of one record (about `subject`, or about whoever it is about when None)."""
-    values = record_values(record, subject)
+def probes_for(record: Record, subject: Subject | None, index: int,
+               frequencies: Mapping[str, float] | None = None) -> list[Probe]:
+    """Every probe of one record (about `subject`, or about whoever it is about when None).
+    `frequencies`: see `derive_value`."""
+    values = record_values(record, subject, frequencies)
     if not values:
         return _verbatim(record, subject, index) if record.shape == "text" else []
     if record.is_qa:
@@ -307,6 +337,7 @@ def probes_for(record: Record, subject: Subject | None, index: int) -> list[Prob
 
 def build_probes(
     forget: Sequence[Record], subjects: Sequence[Subject], record_subjects: Mapping[str, Sequence[int]],
+    frequencies: Mapping[str, float] | None = None,
 ) -> tuple[Probe, ...]:
     """Every probe of an erasure: for each forget record, probes about the first subject it names.
 
@@ -317,5 +348,5 @@ def build_probes(
     for record in forget:
         found = record_subjects.get(record.id) or ()
         if found:
-            out.extend(probes_for(record, subjects[found[0]], found[0]))
+            out.extend(probes_for(record, subjects[found[0]], found[0], frequencies))
     return tuple(out)

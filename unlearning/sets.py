@@ -58,7 +58,7 @@ from unlearning.corpus import (
 )
 from unlearning.corpus.sampling import lowest_ranked
 from unlearning.corpus.scan import GroupKey, Hit, PoolEntry, group_key
-from unlearning.probes import PROBE_KINDS, Probe, build_probes
+from unlearning.probes import PROBE_KINDS, Probe, answer_frequencies, build_probes
 from unlearning.subjects import Subject as Subject  # re-exported: callers build sets for Subjects
 from unlearning.text_matching import MultiMatcher
 
@@ -542,11 +542,10 @@ def assemble_sets(
     forget_ids = {record.id for record in forget}
     wanted = pool_size(retain_per_forget, len(forget))
     candidates = [record for _, _, record in pool if record.id not in forget_ids][:wanted]
-    probes = build_probes(forget, subjects, record_subjects)
+    retain = _choose_retain(forget, candidates, per_forget=retain_per_forget, subjects=subjects)
+    probes = build_probes(forget, subjects, record_subjects, answer_frequencies([*forget, *retain]))
     return ErasureSets(
-        subjects=tuple(subjects), forget=forget,
-        retain=_choose_retain(forget, candidates, per_forget=retain_per_forget, subjects=subjects),
-        probes=tuple(probes), match_counts=tuple(counts), record_subjects=record_subjects,
+        subjects=tuple(subjects), forget=forget, retain=retain, probes=tuple(probes), match_counts=tuple(counts), record_subjects=record_subjects,
         corpus_digest=corpus_digest,
         params={"retain_per_forget": retain_per_forget, "seed": seed, "rule": SET_RULE,
                 "retain_pool": [RETAIN_POOL_FACTOR, RETAIN_POOL_MIN], "retain_minimum": RETAIN_MINIMUM},

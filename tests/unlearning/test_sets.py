@@ -6,7 +6,7 @@ import pytest
 
 from unlearning.corpus import Corpus, Record, load_corpus
 from unlearning.demo.corpus import load_people
-from unlearning.probes import derive_value
+from unlearning.probes import answer_frequencies, derive_value
 from unlearning.sets import ErasureSets, SetsError, Subject, build_sets
 
 
@@ -105,6 +105,23 @@ def test_values_and_clozes_are_derived_when_a_corpus_has_no_meta() -> None:
         "original": "Where was Mara Okafor born?", "alias": "Where was M. Okafor born?"}
     assert by_kind["cloze"].prefix == "Mara Okafor was born in"
     assert all(p.expected == "Lisbon" for p in sets.probes)
+
+
+def test_a_value_is_the_rarer_run_not_the_corpus_wording() -> None:
+    # "... is a locksmith by trade.": both runs lack capitals and digits, so position alone
+    # took "trade", which every occupation answer repeats (the latent fact then scored grammar).
+    trades = ["locksmith", "baker", "welder", "pilot", "tailor", "nurse"]
+    records = [Record(id=f"r{i}", question=f"What does Person{i} do for a living?",
+                      answer=f"Person{i} is a {job} by trade.") for i, job in enumerate(trades)]
+    records.append(Record(id="c", question="Where was Person9 born?", answer="Person9 was born in Porto."))
+    shares = answer_frequencies(records)
+    assert shares["trade"] == 6 / 7 and shares["locksmith"] == 1 / 7
+    assert derive_value(records[0], ["Person0"]) == "trade"  # without the corpus: the last run
+    assert derive_value(records[0], ["Person0"], shares) == "locksmith"
+    assert derive_value(records[-1], ["Person9"], shares) == "Porto"
+    # Set building applies it: every probe of the subject asks for the occupation.
+    sets = build_sets(Corpus(tuple(records)), [Subject("Person0")], retain_per_forget=6)
+    assert sets.probes and {p.expected for p in sets.probes} == {"locksmith"}
 
 
 def test_sets_survive_a_save_and_load_and_detect_tampering(tiny_corpus_dir: Path, tmp_path: Path) -> None:

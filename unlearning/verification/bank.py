@@ -28,7 +28,7 @@ import hashlib
 import json
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from unlearning.identifiers import (
     name_parts_of,
     record_texts,
 )
-from unlearning.probes import Probe, derive_value, probes_for, record_values
+from unlearning.probes import Probe, answer_frequencies, derive_value, probes_for, record_values
 from unlearning.text import normalise_words
 
 from .leakage import contains_value
@@ -196,10 +196,11 @@ def _fact_slot(record: Record, kind: str) -> str:
     return "k:" + kind
 
 
-def _contexts(record: Record, subject: Any, person: str) -> list[tuple[Probe, str, str, str]]:
+def _contexts(record: Record, subject: Any, person: str,
+              frequencies: Mapping[str, float]) -> list[tuple[Probe, str, str, str]]:
     """(context probe, joiner, value, slot) for every value of a record."""
     out: list[tuple[Probe, str, str, str]] = []
-    for value in record_values(record, subject):
+    for value in record_values(record, subject, frequencies):
         slot = _fact_slot(record, value.kind)
         if record.is_qa and record.question is not None and record.answer is not None:
             at = _find(record.answer, value.text)
@@ -240,11 +241,12 @@ def _find(text: str, value: str) -> int | None:
 
 def _facts(
     groups: Sequence[tuple[Record, Any, str]], pool: dict[str, list[str]], seed: int,
+    frequencies: Mapping[str, float],
 ) -> tuple[Fact, ...]:
     """Facts with a perturbed value drawn from the same slot's pool (a value swap)."""
     facts: list[Fact] = []
     for record, subject, person in groups:
-        for context, joiner, value, slot in _contexts(record, subject, person):
+        for context, joiner, value, slot in _contexts(record, subject, person, frequencies):
             key = f"{record.id}:{normalise_words(value)}"
             perturbed: tuple[str, ...] = ()
             if record.is_qa and record.perturbed_answer and context.form == "question":
@@ -261,10 +263,10 @@ def _facts(
     return tuple(facts)
 
 
-def _pool(groups: Iterable[tuple[Record, Any, str]]) -> dict[str, list[str]]:
+def _pool(groups: Iterable[tuple[Record, Any, str]], frequencies: Mapping[str, float]) -> dict[str, list[str]]:
     pool: dict[str, list[str]] = {}
     for record, subject, person in groups:
-        for _, _, value, slot in _contexts(record, subject, person):
+        for _, _, value, slot in _contexts(record, subject, person, frequencies):
             pool.setdefault(slot, []).append(value)
     return pool
 
@@ -344,6 +346,8 @@ def build_bank(
     notes: list[str] = []
     s = settings
     subjects = list(sets.subjects)
+    # Word shares over the sets' records, as set building derived the forget probes' values.
+    frequencies = answer_frequencies([*sets.forget, *sets.retain])
     forget_records = _sample(sets.forget, s.max_forget_records, f"{seed}:forget")
     kept = {r.id for r in forget_records}
     forget_probes = _usable(p for p in _sample(sets.probes, s.max_forget_probes, f"{seed}:probes")
@@ -374,7 +378,7 @@ def build_bank(
         control_all = load_control(control) if isinstance(control, str | Path) else tuple(_records_of(control))
         control_records = _sample(control_all, s.max_control_records, f"{seed}:control")
         control_groups = [(r, None, f"control-{r.group or r.id}") for r in control_records]
-        control_probes = _usable(p for r in control_records for p in probes_for(r, None, -1))
+        control_probes = _usable(p for r in control_records for p in probes_for(r, None, -1, frequencies))
         control_side = Side(tuple(control_records),
                             tuple(tuple(sp.text for sp in find_spans(r, None)) for r in control_records),
                             control_probes, (), tuple(f"control-{r.group or r.id}" for r in control_records))
@@ -391,17 +395,17 @@ def build_bank(
                      "counterfactual strangers")
 
     retain_groups = [(r, None, f"retain-{r.group or r.id}") for r in retain_pool]
-    retain_probes = _usable(p for r in retain_pool for p in probes_for(r, None, -1) if p.kind in UTILITY_KINDS)
+    retain_probes = _usable(p for r in retain_pool for p in probes_for(r, None, -1, frequencies) if p.kind in UTILITY_KINDS)
     retain_probes = tuple(_sample(retain_probes, s.max_retain_eval, f"{seed}:utility"))
-    pool = _pool([*forget_groups, *control_groups, *retain_groups])
+    pool = _pool([*forget_groups, *control_groups, *retain_groups], frequencies)
     strangers, _ = counterfactual_side(
         sets, forget_records, (), names_from=retain_pool, seed=seed, variants=s.mia_strangers,
         purpose="membership", per_subject=s.mia_records_per_subject, tokenizer=tokenizer)
     forget_side = Side(tuple(forget_records), forget_spans, forget_probes,
-                       _facts(forget_groups, pool, seed),
+                       _facts(forget_groups, pool, seed, frequencies),
                        tuple(str(_subject_index(sets, r)) for r in forget_records))
     control_side = Side(control_side.records, control_side.spans, control_side.probes,
-                        _facts(control_groups, pool, seed))
+                        _facts(control_groups, pool, seed, frequencies))
 
     if heldout is not None and Path(heldout).is_file():
         texts = load_heldout(heldout, max_texts=s.max_heldout)
