@@ -180,6 +180,29 @@ def test_a_cached_teacher_gives_the_same_training_as_the_online_one(tiny_corpus_
     assert torch.allclose(online, cached, atol=1e-5)
 
 
+def test_the_cached_retain_anchor_is_the_one_recomputed_batch_by_batch(tiny_corpus_dir, tiny_base_model_dir):
+    # Every mode reads the retain anchor from the cache (the online teacher recomputes the
+    # forget targets only): the cache must be what each batch would get from the model.
+    from unlearning.methods.asu import _reindexed
+    from unlearning.methods.base import make_batches
+    from unlearning.methods.targets import batch_target, original_targets
+
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 1)])
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    examples = encode_all(tokenizer, list(sets.retain[:12]), model=model)
+    for topk in (None, 8):
+        cached = original_targets(model, tokenizer, examples, topk=topk)
+        for batch in make_batches(tokenizer, examples, batch_size=5, shuffle=True, seed=3):
+            once = batch_target(batch, cached)
+            fresh = batch_target(_reindexed(batch), original_targets(
+                model, tokenizer, [examples[i] for i in batch.rows], topk=topk))
+            assert once.values.shape == fresh.values.shape and once.values.shape[0] == int(batch.loss_mask.sum())
+            assert torch.allclose(once.values, fresh.values, atol=1e-4)
+            assert (once.indices is None) == (fresh.indices is None)  # a tiny vocabulary is kept whole
+            if once.indices is not None:
+                assert torch.equal(once.indices, fresh.indices)
+
+
 def test_a_refreshed_teacher_recomputes_the_targets_from_the_model_being_trained(
         tiny_corpus_dir, tiny_base_model_dir, monkeypatch):
     # The subject is matched to what the model says about a stranger *now*: on plain QA /

@@ -18,8 +18,11 @@ Loss: ``forget_weight * L_forget + retain_weight * L_retain`` with
 Both teachers and the retain anchor are computed once, before the first step,
 from the model itself (the serving checkpoint of a continual erasure), and
 cached top-k: a step then costs what a fine-tuning step costs.
-``cache_teacher="none"`` recomputes them every step from a frozen copy (the
-reference the cache is tested against).  ``lora_rank > 0`` trains a LoRA
+``cache_teacher="none"`` recomputes the forget targets every step from a
+frozen copy (the reference the cache is tested against): one extra forward a
+step.  The retain anchor is cached in every mode: it is the original model's
+output on fixed records, so recomputing it would be a second extra forward
+that changes nothing (the cached anchor is tested against a recomputed one).  ``lora_rank > 0`` trains a LoRA
 adapter through peft instead of every weight and merges it at the end.
 
 Presets (`PRESETS`), chosen from the model's size unless named: ``published``
@@ -283,11 +286,8 @@ class ASU:
             if hp.retain_loss == "gd":
                 loss_retain = answer_nll(trained, retain_batch)
             else:
-                anchor = (cached_retain[retain_index[id(retain_batch)]] if frozen is None else batch_target(
-                    _reindexed(retain_batch),
-                    original_targets(frozen, tokenizer, [retain_examples[i] for i in retain_batch.rows], topk=topk)))
-                anchor_states = (cached_retain_states[retain_index[id(retain_batch)]]
-                                 if cached_retain_states and frozen is None else None)
+                anchor = cached_retain[retain_index[id(retain_batch)]]
+                anchor_states = cached_retain_states[retain_index[id(retain_batch)]] if cached_retain_states else None
                 kept = trained(input_ids=retain_batch.input_ids, attention_mask=retain_batch.attention_mask,
                                output_hidden_states=anchor_states is not None)
                 kept_logits = kept.logits[:, :-1].float()
