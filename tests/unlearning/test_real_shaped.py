@@ -112,10 +112,11 @@ def test_a_gpt2_model_with_a_byte_level_tokenizer_forgets_a_person_of_a_free_tex
     assert all(c["rule"] for c in report["checks"] if c["status"] == "unmeasured")
     # Forgotten at the surface and under attack, with everyone else kept.
     for metric in ("leakage.forget", "attack.quant_leakage", "attack.quant4_leakage", "attack.relearn_recovery",
-                   "utility.retain_ratio", "fluency.paired_gibberish_rate"):
+                   "utility.retain_ratio", "fluency.content_paired_gibberish_rate"):
         judged = [c for c in report["checks"] if c["metric"] == metric]  # both sides where two-sided
         assert judged and all(c["passed"] for c in judged), (metric, judged)
     assert report["metrics"]["leakage.forget"] < base["metrics"]["leakage.forget"]
     # Free text has no question to calibrate plausibility on: the report says what fluency judged.
     assert "fluency.plausibility_limit_nats" not in report["metrics"]
+    assert "fluency.content_limit_nats" not in report["metrics"]
     assert any(n.startswith("fluency about the subject: no question or chat probes") for n in report["notes"])

@@ -375,7 +375,7 @@ def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() ->
     assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") == v1
     assert get_policy("strict-test") == v2 != v1
-    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "3"
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "4"
     assert get_policy("default", "1").version == "1"
     with pytest.raises(ValueError, match="already exists"):
         register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
@@ -744,7 +744,6 @@ def test_policy_v3_judges_fluency_about_the_subject_against_the_same_questions_a
     alias = [True] * 8 + [False] * 36
     like_a_stranger = metrics(alias, alias, [True] * 6 + [False] * 38)
     v2, v3 = get_policy("default", "2"), get_policy("default", "3")
-    assert DEFAULT_POLICY is v3
     assert not _by_name(v2.judge(like_a_stranger))["fluency about the subject"].passed
     judged = {c.metric: c for c in v3.judge(like_a_stranger)}
     assert judged["fluency.paired_gibberish_rate"].passed and judged["fluency.stranger_gibberish_rate"].passed
@@ -765,6 +764,50 @@ def test_policy_v3_judges_fluency_about_the_subject_against_the_same_questions_a
     assert absent["fluency.paired_gibberish_rate"].rule == f"{NO_QUESTIONS}: passes"
     assert not {c.metric: c for c in v3.judge({}, {"fluency.paired_gibberish_rate": NOT_COMPUTED})}[
         "fluency.paired_gibberish_rate"].passed
+
+
+def test_policy_v4_judges_fluency_over_content_tokens_with_v3s_thresholds() -> None:
+    v3, v4 = get_policy("default", "3"), get_policy("default", "4")
+    assert DEFAULT_POLICY is v4
+    changed = {(a.metric, b.metric) for a, b in zip(v3.checks, v4.checks, strict=True) if a != b}
+    assert changed == {("fluency.paired_gibberish_rate", "fluency.content_paired_gibberish_rate"),
+                       ("fluency.stranger_gibberish_rate", "fluency.content_stranger_gibberish_rate")}
+    for a, b in zip(v3.checks, v4.checks, strict=True):  # never an easier threshold
+        assert (a.comparator, a.margin, a.noise_z, a.decides_pass, a.unmeasured_passes) == (
+            b.comparator, b.margin, b.noise_z, b.decides_pass, b.unmeasured_passes)
+    babble = {"fluency.content_paired_gibberish_rate": 0.30, "fluency.content_paired_gibberish_rate.stderr": 0.05,
+              "fluency.content_stranger_gibberish_rate": 0.02, "fluency.content_stranger_gibberish_rate.stderr": 0.02,
+              "fluency.base_content_stranger_gibberish_rate": 0.0}
+    judged = {c.metric: c for c in v4.judge(babble)}
+    assert not judged["fluency.content_paired_gibberish_rate"].passed
+    assert judged["fluency.content_stranger_gibberish_rate"].passed
+    assert "fluency.paired_gibberish_rate" not in judged  # v3's metric does not decide v4
+
+
+def test_a_copied_name_is_left_out_of_an_answers_plausibility() -> None:
+    from unlearning.verification.fluency import content_scores, copied_names, gibberish_flags
+    from unlearning.verification.generation import TokenScores
+
+    prompt = "On what date was Elif Laurent born?"
+    answer = " Elif Laurent was born on 28 October 1955."
+    # Tokens as a byte-level BPE splits them (offsets into the answer, leading space included).
+    offsets = [(0, 5), (5, 13), (13, 17), (17, 22), (22, 25), (25, 28), (28, 36), (36, 41), (41, 42)]
+    nll = np.array([13.0, 4.4, 0.0, 0.0, 0.0, 5.3, 0.5, 9.0, 0.0])
+    scores = TokenScores(-nll, np.zeros(9), np.ones(9))
+    names = copied_names(answer, prompt)
+    assert [answer[a:b] for a, b in names] == ["Elif", "Laurent"]  # not "October": the prompt lacks it
+    content = content_scores(scores, offsets, names)
+    assert content.logp.size == 7 and -content.logp[0] == 0.0
+    # The name's tokens no longer decide; a value the model states wrongly is still scored.
+    assert gibberish_flags([answer], [scores], limit=0.3) == [True]  # median 0.5 with the name
+    assert gibberish_flags([answer], [content], limit=0.3) == [False]  # median 0.0 without
+    # Babble stays babble: nothing copied, every token counts.
+    assert copied_names(" old clocks.", prompt) == []
+    # An answer that is only the copied name says nothing: no content token, gibberish.
+    only = content_scores(TokenScores(np.array([-14.7]), np.zeros(1), np.ones(1)), [(0, 5)], copied_names(" Elif", prompt))
+    assert gibberish_flags([" Elif"], [only], limit=100.0) == [True]
+    # Offsets that do not line up with the scores (another tokenisation): every token counts.
+    assert content_scores(scores, offsets[:3], names) is scores
 
 
 def test_each_subject_gets_several_consistent_stranger_identities_for_membership(tiny_sets: ErasureSets) -> None:

@@ -14,7 +14,7 @@ its words distinct once it is six words or longer.
 checked against the base model's own rate on the same questions.
 
 Gibberish about the subject: degenerate, or implausible under the base
-model: the median per-token negative log-likelihood of the answer given the
+model (policy v4: over the answer's content tokens, `content_scores`): the median per-token negative log-likelihood of the answer given the
 question, under the BASE model, above the 95th percentile of the same
 statistic for the base's own greedy answers about control people plus
 `margin` nats.  The median, not the mean, so that a wrong but well-formed
@@ -73,6 +73,33 @@ def degenerate_rate(answers: Sequence[str]) -> float:
 
 def median_nll(scores: TokenScores) -> float:
     return float(np.median(-scores.logp)) if scores.logp.size else float("inf")
+
+
+_CAPITALISED = re.compile(r"\b[^\W\d_][\w'-]*", re.UNICODE)
+
+
+def copied_names(answer: str, prompt: str) -> list[tuple[int, int]]:
+    """Character spans of the answer's capitalised words that the prompt holds too (the
+    person's name the question asked about, copied into the answer)."""
+    spans = []
+    for match in _CAPITALISED.finditer(answer):
+        word = match.group()
+        if word[:1].isupper() and re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", prompt):
+            spans.append(match.span())
+    return spans
+
+
+def content_scores(scores: TokenScores, offsets: Sequence[tuple[int, int]],
+                   names: Sequence[tuple[int, int]]) -> TokenScores:
+    """The token scores without the tokens that spell a copied name (`copied_names`).
+
+    Whether a model can spell a name it never saw is not fluency: a small model
+    that cannot copy an unfamiliar name from the question finds every other
+    model's correct spelling of it implausible (policy v4, module doc)."""
+    if not names or len(offsets) != scores.logp.size:
+        return scores
+    keep = np.array([not any(start < e and s < end for s, e in names) for start, end in offsets], dtype=bool)
+    return TokenScores(scores.logp[keep], scores.mu[keep], scores.sigma[keep])
 
 
 def plausibility_limit(reference: Sequence[TokenScores], *, margin: float) -> float:

@@ -39,13 +39,29 @@ on).  v3 asks each of the subject's questions about a stranger as well and
 compares question by question (paired standard error), and adds a second
 check that the candidate's answers about the stranger are no worse than the
 base's: a model that garbles these questions about everyone fails there.
+
+`default` v4 (the default) differs from v3 in what an answer's plausibility is
+measured over: its content tokens, without the tokens of a capitalised word the
+prompt holds too (the name of the person asked about, copied into the answer);
+the limit is set the same way from the base's own answers.  v3 scored every
+token under the base, and a small base that cannot copy a name it never saw
+finds every other model's correct spelling of it implausible (13 nats for a
+stranger's first name where the base writes a name it knows): measured on the
+demo, v3 failed the model retrained without the subjects in 6 of 9 runs, and
+a model trained on the *same* data with another seed answered 0.106 of these
+questions "gibberish" against the base's 0.0-0.015 (passing by the noise term
+only).  Over content tokens the retrained model's rate fell from 0.09-0.145 to
+0.05-0.09 and it fails this check in 1 of 9 runs (by 0.006); what is left is
+the base's ear for its own greedy answers (the same-data model: 0.076-0.091).
+Thresholds and margins are v3's, and the content-token limit is lower (2.15-2.2
+against 2.55-2.6 nats), so babble is judged as strictly as before.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # Reason codes for a metric that could not be measured.
@@ -317,10 +333,33 @@ def _v3_checks() -> tuple[CheckSpec, ...]:
     return tuple(checks)
 
 
-DEFAULT_POLICY = Policy(name="default", version="3", checks=_v3_checks(), escalation=_COMMON_ESCALATION)
+DEFAULT_POLICY_V3 = Policy(name="default", version="3", checks=_v3_checks(), escalation=_COMMON_ESCALATION)
+
+# v3's fluency metrics and their v4 counterparts, judged over the answers' content tokens.
+_V4_FLUENCY = {
+    "fluency.paired_gibberish_rate": ("fluency.content_paired_gibberish_rate",
+                                      "fluency.content_stranger_gibberish_rate"),
+    "fluency.stranger_gibberish_rate": ("fluency.content_stranger_gibberish_rate",
+                                        "fluency.base_content_stranger_gibberish_rate"),
+}
+
+
+def _v4_checks() -> tuple[CheckSpec, ...]:
+    """v3's checks with the two fluency checks judged over content tokens (a copied name's
+    tokens left out of the plausibility of an answer and of the limit alike)."""
+    checks: list[CheckSpec] = []
+    for spec in DEFAULT_POLICY_V3.checks:
+        if spec.metric in _V4_FLUENCY:
+            metric, baseline = _V4_FLUENCY[spec.metric]
+            spec = replace(spec, name=f"{spec.name} (content tokens)", metric=metric, baseline=baseline)
+        checks.append(spec)
+    return tuple(checks)
+
+
+DEFAULT_POLICY = Policy(name="default", version="4", checks=_v4_checks(), escalation=_COMMON_ESCALATION)
 
 _REGISTRY: dict[tuple[str, str], Policy] = {
-    (p.name, p.version): p for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY)
+    (p.name, p.version): p for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY_V3, DEFAULT_POLICY)
 }
 
 

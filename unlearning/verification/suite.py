@@ -45,7 +45,7 @@ from .attacks.prompt_pressure import pressure_probes
 from .attacks.quantization import quantised4_copy, quantised_copy
 from .attacks.relearn import RelearnSettings, relearn_curve, split_records
 from .bank import Fact, ProbeBank, Side, bank_digest, build_bank
-from .fluency import degenerate_rate, gibberish_flags, plausibility_limit
+from .fluency import content_scores, copied_names, degenerate_rate, gibberish_flags, plausibility_limit
 from .generation import (
     TokenScores,
     generate_texts,
@@ -120,6 +120,9 @@ class _BaseEvidence:
     mia: dict[str, float]
     # Per answering forget probe asked about its stranger: is the base's own answer gibberish?
     stranger_flags: tuple[bool, ...] = ()
+    # The same over content tokens (policy v4: a copied name's tokens left out).
+    content_limit: float = math.inf
+    stranger_content_flags: tuple[bool, ...] = ()
 
 
 _BASE_CACHE: OrderedDict[str, _BaseEvidence] = OrderedDict()
@@ -313,15 +316,14 @@ def _mia(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> dict[str, float
     return out
 
 
-def _fluency_reference(loaded: _Loaded, bank: ProbeBank, s: VerifySettings, seed: int) -> tuple[float, list[str]]:
-    """The base's own answers about control people: what a fluent model says about a stranger."""
+def _fluency_reference(loaded: _Loaded, bank: ProbeBank, s: VerifySettings,
+                       seed: int) -> tuple[float, float, list[str]]:
+    """The base's own answers about control people: what a fluent model says about a stranger.
+    Their plausibility limits over every token (v3) and over content tokens (v4)."""
     asked = [p for p in bank.control.probes if p.form in ANSWERING_FORMS]
     own = [a[0] for a in _generate(loaded, asked, s, seed)]
-    scores = score_continuations(
-        loaded.model, loaded.tokenizer,
-        [(probe_ids(loaded.tokenizer, p), text_ids(loaded.tokenizer, " " + a)) for p, a in zip(asked, own, strict=True)],
-        batch_size=s.batch_size)
-    return plausibility_limit(scores, margin=s.fluency_margin), own
+    heard = _heard(loaded, asked, own, s)
+    return (heard.limit(s.fluency_margin), heard.limit(s.fluency_margin, content=True), own)
 
 
 # ---------------------------------------------------------------- base evidence
@@ -339,13 +341,12 @@ def _base_evidence(
         _BASE_CACHE.move_to_end(key)
         return _BASE_CACHE[key], True
     loaded = _load(base_dir, device, bank, s)
-    limit, own_control = _fluency_reference(loaded, bank, s, seed)
+    limit, content_limit, own_control = _fluency_reference(loaded, bank, s, seed)
     forget_greedy = _generate(loaded, bank.forget.probes, s, seed)
     own_forget = [a[0] for p, a in zip(bank.forget.probes, forget_greedy, strict=True) if p.form in ANSWERING_FORMS]
     (latent_forget,) = _latent(loaded, bank, [bank.forget.facts], s)
     stranger_probes = bank.stranger_probes()
-    stranger_flags = _gibberish(loaded, stranger_probes, [a[0] for a in _generate(loaded, stranger_probes, s, seed)],
-                                s, limit)
+    heard_strangers = _heard(loaded, stranger_probes, [a[0] for a in _generate(loaded, stranger_probes, s, seed)], s)
     evidence = _BaseEvidence(
         loaded=loaded,
         forget_greedy=leak_rate(forget_greedy, _values(bank.forget.probes)),
@@ -357,7 +358,9 @@ def _base_evidence(
         fluency_limit=limit,
         degenerate_rate=degenerate_rate(own_forget + own_control),
         mia=_mia(loaded, bank, s),
-        stranger_flags=tuple(stranger_flags),
+        stranger_flags=tuple(heard_strangers.flags(limit)),
+        content_limit=content_limit,
+        stranger_content_flags=tuple(heard_strangers.flags(content_limit, content=True)),
     )
     _BASE_CACHE[key] = evidence
     while len(_BASE_CACHE) > _BASE_CACHE_SIZE:
@@ -529,6 +532,7 @@ def _run_families(
         if not math.isfinite(base.fluency_limit):
             # Free text only: no question or chat answer to learn what a fluent answer costs.
             m.pop("fluency.plausibility_limit_nats", None)
+            m.pop("fluency.content_limit_nats", None)
             clock.notes.append("fluency about the subject: no question or chat probes to calibrate "
                                "plausibility on; only empty and looping answers count as gibberish")
     if not s.attacks:
@@ -540,16 +544,46 @@ def _run_families(
     return m
 
 
+@dataclass(frozen=True)
+class _Heard:
+    """Answers to answering probes as the scorer (the base model) hears them: every token
+    (policy v3) and the content tokens only, without a copied name's (v4)."""
+
+    answers: tuple[str, ...]
+    scores: tuple[TokenScores, ...]
+    content: tuple[TokenScores, ...]
+
+    def flags(self, limit: float, *, content: bool = False) -> list[bool]:
+        return gibberish_flags(self.answers, self.content if content else self.scores, limit=limit)
+
+    def limit(self, margin: float, *, content: bool = False) -> float:
+        """The plausibility limit these answers set (95th percentile of their median NLL + margin)."""
+        return plausibility_limit(self.content if content else self.scores, margin=margin)
+
+
+def _heard(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[str], s: VerifySettings) -> _Heard:
+    asked = [(p, a) for p, a in zip(probes, answers, strict=True) if p.form in ANSWERING_FORMS]
+    tok = scorer.tokenizer
+    ids = [text_ids(tok, " " + a) for _, a in asked]
+    scores = score_continuations(scorer.model, tok, [(probe_ids(tok, p), i) for (p, _), i in zip(asked, ids)],
+                                 batch_size=s.batch_size)
+    content = []
+    for (probe, answer), token_ids, score in zip(asked, ids, scores, strict=True):
+        names = copied_names(" " + answer, f"{probe.prompt}\n{probe.prefix}")
+        offsets: list[tuple[int, int]] = []
+        if names:
+            encoded = tok(" " + answer, add_special_tokens=False, return_offsets_mapping=True)
+            if [int(i) for i in encoded["input_ids"]] == token_ids:  # else: every token counts
+                offsets = [tuple(o) for o in encoded["offset_mapping"]]
+        content.append(content_scores(score, offsets, names) if offsets else score)
+    return _Heard(tuple(a for _, a in asked), tuple(scores), tuple(content))
+
+
 def _gibberish(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[str], s: VerifySettings,
                limit: float) -> list[bool]:
     """Per answering probe: is the answer gibberish (degenerate, or implausible to `scorer`,
     the base model)?"""
-    asked = [(p, a) for p, a in zip(probes, answers, strict=True) if p.form in ANSWERING_FORMS]
-    tok = scorer.tokenizer
-    scores = score_continuations(
-        scorer.model, tok, [(probe_ids(tok, p), text_ids(tok, " " + a)) for p, a in asked],
-        batch_size=s.batch_size)
-    return gibberish_flags([a for _, a in asked], scores, limit=limit)
+    return _heard(scorer, probes, answers, s).flags(limit)
 
 
 def paired_stderr(a: Sequence[bool], b: Sequence[bool]) -> float:
@@ -573,8 +607,9 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
     stranger_probes = bank.stranger_probes()
     about_stranger = ([replace_spans(a[0], m) for a, m in zip(greedy_f, bank.stranger_maps, strict=True)]
                       if bank.stranger_maps else [a[0] for a in greedy_f])
-    flags_f = _gibberish(base.loaded, stranger_probes, about_stranger, s, limit)
-    flags_c = _gibberish(base.loaded, bank.control.probes, [a[0] for a in greedy_c], s, limit)
+    heard_f = _heard(base.loaded, stranger_probes, about_stranger, s)
+    heard_c = _heard(base.loaded, bank.control.probes, [a[0] for a in greedy_c], s)
+    flags_f, flags_c = heard_f.flags(limit), heard_c.flags(limit)
     gib_f, gib_c = Rate(sum(flags_f), len(flags_f)), Rate(sum(flags_c), len(flags_c))
     _rates(m, "fluency.gibberish_rate", gib_f, gib_c)
     m["fluency.control_gibberish_rate"] = gib_c.value
@@ -583,8 +618,14 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
     # against the candidate's own answers about a stranger, question by question, and those
     # against the base's answers about the same stranger.
     greedy_s = _generate(cand, stranger_probes, s, seed)
-    flags_s = _gibberish(base.loaded, stranger_probes, [a[0] for a in greedy_s], s, limit)
+    heard_s = _heard(base.loaded, stranger_probes, [a[0] for a in greedy_s], s)
+    flags_s = heard_s.flags(limit)
     flags_b = list(base.stranger_flags)
+    # Policy v4: the same judged over content tokens, a copied name's tokens left out.
+    content_limit = base.content_limit
+    content_f, content_s = heard_f.flags(content_limit, content=True), heard_s.flags(content_limit, content=True)
+    content_b = list(base.stranger_content_flags)
+    m["fluency.content_limit_nats"] = content_limit
     if flags_s:
         m["fluency.paired_gibberish_rate"] = gib_f.value
         m["fluency.paired_gibberish_rate.stderr"] = paired_stderr(flags_f, flags_s)
@@ -592,8 +633,14 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
         m["fluency.stranger_gibberish_rate.stderr"] = paired_stderr(flags_s, flags_b)
         m["fluency.base_stranger_gibberish_rate"] = sum(flags_b) / len(flags_b)
         m["fluency.n_paired_questions"] = float(len(flags_s))
+        m["fluency.content_paired_gibberish_rate"] = sum(content_f) / len(content_f)
+        m["fluency.content_paired_gibberish_rate.stderr"] = paired_stderr(content_f, content_s)
+        m["fluency.content_stranger_gibberish_rate"] = sum(content_s) / len(content_s)
+        m["fluency.content_stranger_gibberish_rate.stderr"] = paired_stderr(content_s, content_b)
+        m["fluency.base_content_stranger_gibberish_rate"] = sum(content_b) / len(content_b)
     else:
-        for metric in ("fluency.paired_gibberish_rate", "fluency.stranger_gibberish_rate"):
+        for metric in ("fluency.paired_gibberish_rate", "fluency.stranger_gibberish_rate",
+                       "fluency.content_paired_gibberish_rate", "fluency.content_stranger_gibberish_rate"):
             clock.unmeasurable(metric, NO_QUESTIONS, "no question or chat probe about the subject to "
                                                      "ask about a stranger as well")
     answers = [a[0] for p, a in zip((*bank.forget.probes, *bank.control.probes), (*greedy_f, *greedy_c), strict=True)
