@@ -45,3 +45,20 @@ def test_a_relearning_failure_switches_the_resolved_asu_settings_to_a_refreshed_
     assert stronger is not None
     assert stronger["teacher_refresh"] > 0 and stronger["stranger_anchor"] is True
     methods.hparams_from_json("asu", stronger).validate()  # the retry's settings are valid ASU settings
+
+
+def test_a_leak_or_whole_record_familiarity_switches_the_teacher_on_but_span_familiarity_does_not():
+    # Plain QA (bench shapes, 2026-12-05): OPT person 3 answered its city after the default and
+    # after doubled steps; Qwen2 person 3's zlib AUC was 0.762.  With the refreshed, anchored
+    # teacher both pass every check.  On the demo the refresh left names more familiar.
+    from unlearning import methods
+
+    hp = methods.hparams_from_json("asu", {}).resolved(1).to_json()
+    for metric in ("leakage.forget", "leakage.forget_sampled", "mia.auc_gap", "mia.zlib_auc_gap"):
+        stronger = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hp, failed_checks=_failed(metric))
+        assert stronger is not None and stronger["teacher_refresh"] == 50 and stronger["stranger_anchor"] is True, metric
+        assert any("teacher_refresh" in note for note in stronger["escalation"]), metric
+        methods.hparams_from_json("asu", stronger).validate()
+    spans = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hp, failed_checks=_failed("mia.span_auc_gap"))
+    assert spans is not None and spans["teacher_refresh"] == 0 and spans["stranger_anchor"] is False
+    assert spans["steps"] == 2 * hp["steps"]

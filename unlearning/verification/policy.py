@@ -202,8 +202,13 @@ _COMMON_ESCALATION = {
         # Knowledge that a few steps of fine-tuning bring back is still in the weights,
         # under a surface the fixed teacher flattened: refresh the teacher from the model
         # being trained, with strangers anchored so that it cannot overshoot
-        # (docs/methods.md, "A teacher that follows the student").
-        settings={"attack.relearn": {"teacher_refresh": 50, "stranger_anchor": True}},
+        # (docs/methods.md, "A teacher that follows the student").  A value still answered,
+        # or whole records still more familiar than strangers', is the same teacher's doing
+        # where the base learnt the subject's own phrasing (measured on plain QA: OPT person
+        # 3's greedy leakage, Qwen2 person 3's zlib AUC 0.762; both pass with these settings).
+        # Not for the identifying spans: on the demo the refresh left names more familiar.
+        settings={prefix: {"teacher_refresh": 50, "stranger_anchor": True}
+                  for prefix in ("attack.relearn", "leakage.forget", "mia.auc", "mia.zlib_auc")},
     ),
     "kif": Escalation(
         scale={"steps": 2.0},
