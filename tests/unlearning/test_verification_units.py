@@ -486,10 +486,12 @@ def test_a_relearning_failure_turns_on_the_refreshed_teacher_with_anchored_stran
     kif = policy_escalate(DEFAULT_POLICY, method="kif", failed_checks=relearned,
                           hparams={"steps": 100, "distill_steps": 10, "escalation": []})
     assert kif is not None and "stranger_anchor" not in kif and "teacher_refresh" not in kif
-    # Other failures leave the teacher as it was.
-    leak = [c for c in DEFAULT_POLICY.judge({"leakage.forget": 0.9, "leakage.control": 0.0}) if not c.passed]
-    harder = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=leak)
-    assert harder is not None and harder["teacher_refresh"] == 0 and harder["stranger_anchor"] is False
+    # Failures the teacher does not cause leave it as it was (a leak does switch it on:
+    # tests/unlearning/test_escalation.py).
+    kept = [c for c in DEFAULT_POLICY.judge({"utility.retain_ratio": 0.5}) if not c.passed]
+    gentler = policy_escalate(DEFAULT_POLICY, method="asu", failed_checks=kept,
+                              hparams={**hparams, "retain_weight": 1.0, "lr": 1e-3})
+    assert gentler is not None and gentler["teacher_refresh"] == 0 and gentler["stranger_anchor"] is False
 
 
 # ---------------------------------------------------------------- the report
