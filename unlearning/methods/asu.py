@@ -22,8 +22,9 @@ cached top-k: a step then costs what a fine-tuning step costs.
 frozen copy (the reference the cache is tested against): one extra forward a
 step.  The retain anchor is cached in every mode: it is the original model's
 output on fixed records, so recomputing it would be a second extra forward
-that changes nothing (the cached anchor is tested against a recomputed one).  ``lora_rank > 0`` trains a LoRA
-adapter through peft instead of every weight and merges it at the end.
+that changes nothing (the cached anchor is tested against a recomputed one).
+``lora_rank > 0`` trains a LoRA adapter through peft instead of every weight
+and merges it at the end.
 
 Presets (`PRESETS`), chosen from the model's size unless named: ``published``
 for models of 100M parameters and more (the paper's lr 1e-5 and tau 2.5, its

@@ -14,8 +14,9 @@ its words distinct once it is six words or longer.
 checked against the base model's own rate on the same questions.
 
 Gibberish about the subject: degenerate, or implausible under the base
-model (policy v4: over the answer's content tokens, `content_scores`): the median per-token negative log-likelihood of the answer given the
-question, under the BASE model, above the 95th percentile of the same
+model (policy v4: over the answer's content tokens, `content_scores`): the
+median per-token negative log-likelihood of the answer given the question,
+under the BASE model, above the 95th percentile of the same
 statistic for the base's own greedy answers about control people plus
 `margin` nats.  The median, not the mean, so that a wrong but well-formed
 value (one or two surprising tokens) is not called gibberish; babble makes

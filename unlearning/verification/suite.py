@@ -564,26 +564,15 @@ class _Heard:
 def _heard(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[str], s: VerifySettings) -> _Heard:
     asked = [(p, a) for p, a in zip(probes, answers, strict=True) if p.form in ANSWERING_FORMS]
     tok = scorer.tokenizer
-    ids = [text_ids(tok, " " + a) for _, a in asked]
-    scores = score_continuations(scorer.model, tok, [(probe_ids(tok, p), i) for (p, _), i in zip(asked, ids)],
-                                 batch_size=s.batch_size)
-    content = []
-    for (probe, answer), token_ids, score in zip(asked, ids, scores, strict=True):
-        names = copied_names(" " + answer, f"{probe.prompt}\n{probe.prefix}")
-        offsets: list[tuple[int, int]] = []
-        if names:
-            encoded = tok(" " + answer, add_special_tokens=False, return_offsets_mapping=True)
-            if [int(i) for i in encoded["input_ids"]] == token_ids:  # else: every token counts
-                offsets = [tuple(o) for o in encoded["offset_mapping"]]
-        content.append(content_scores(score, offsets, names) if offsets else score)
+    # The answer's bare token ids (`text_ids`), with their character offsets.
+    encoded = [tok(" " + a, add_special_tokens=False, return_offsets_mapping=True) for _, a in asked]
+    scores = score_continuations(
+        scorer.model, tok, [(probe_ids(tok, p), [int(i) for i in e["input_ids"]]) for (p, _), e in zip(asked, encoded)],
+        batch_size=s.batch_size)
+    content = [content_scores(score, [tuple(o) for o in e["offset_mapping"]],
+                              copied_names(" " + answer, f"{probe.prompt}\n{probe.prefix}"))
+               for (probe, answer), e, score in zip(asked, encoded, scores, strict=True)]
     return _Heard(tuple(a for _, a in asked), tuple(scores), tuple(content))
-
-
-def _gibberish(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[str], s: VerifySettings,
-               limit: float) -> list[bool]:
-    """Per answering probe: is the answer gibberish (degenerate, or implausible to `scorer`,
-    the base model)?"""
-    return _heard(scorer, probes, answers, s).flags(limit)
 
 
 def paired_stderr(a: Sequence[bool], b: Sequence[bool]) -> float:
