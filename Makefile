@@ -52,12 +52,14 @@ bench: $(STAMP) bench-tools  ## full benchmarks (about 45 min on 2 cores) -> doc
 bench-quick: $(STAMP) bench-tools  ## a few-minute benchmark smoke run -> docs/benchmarks.md
 	$(PY) -m bench run --quick
 
-# wrk (service load test) and ripgrep (the corpus-scan reference), from Debian's packages.
+# wrk (service load test) and ripgrep (the corpus-scan reference), from Debian's packages: from apt's
+# package cache first (a machine without network may hold them there), else downloaded.
 # Without them the report says those figures were not measured.
 bench-tools:
 	@{ test -x /usr/bin/wrk && test -x /usr/bin/rg; } || { \
 	  echo "installing Debian's wrk and ripgrep for the benchmarks"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk ripgrep >/dev/null \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-download wrk ripgrep >/dev/null 2>&1 \
+	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk ripgrep >/dev/null; } \
 	  || echo "could not install wrk/ripgrep: the service and scan figures will be reported as not measured"; }
 
 clean:  ## remove the virtual environment and local state under var/
