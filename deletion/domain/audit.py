@@ -301,6 +301,24 @@ def _utc_zone_of(moment: Any) -> Any:
     return _NO_ZONE
 
 
+def _next_batch(rows: Sequence[Sequence[Any]], batch: tuple[int, int, bool], *, last: int,
+                size: int) -> tuple[int, int, bool] | None:
+    """The seq range (first, last, bounded) to ask for after `rows`, the answer to `batch`;
+    None when the walk has read everything up to `last`.  A bounded batch asks for a range of
+    `size` seqs; one that comes back short (a gap, or the end of the table) is followed by an
+    open one, the next `size` rows wherever they are, after which the walk is bounded again."""
+    start, end, bounded = batch
+    if bounded and len(rows) == end - start + 1:  # every seq of the range: nothing missing
+        return (end + 1, min(last, end + size), True) if end < last else None
+    if bounded:
+        after = rows[-1][0] + 1 if rows else start
+        return (after, last, False) if after <= last else None
+    if len(rows) < size:  # an open batch that found fewer than it asked for: the end
+        return None
+    after = rows[-1][0] + 1
+    return (after, min(last, after + size - 1), True) if after <= last else None
+
+
 def _row_batches(session: Session, *, first: int, last: int,
                  size: int) -> Generator[Sequence[Sequence[Any]], None, None]:
     """Rows ``first..last`` in seq order, ``size`` at a time, as tuples of the stored
@@ -318,16 +336,27 @@ def _row_batches(session: Session, *, first: int, last: int,
             raise RuntimeError("no driver connection behind the session")
         if first > last:
             return
+        # Each batch asks for the seq range it should hold, not for "the next `size` rows
+        # from here": a chain's seqs are consecutive, so the range holds exactly `size` rows,
+        # and the database reads those whatever it believes about the table.  Asked for an
+        # open range, a table bulk-loaded and not yet analysed was read by a bitmap scan of
+        # every row to the end and a sort, batch after batch (measured on 300,000 events:
+        # 45,000 events/s, against 290,000 once analysed).  A batch that comes back short
+        # has a gap (a row missing or moved): the rows after the gap are then asked for as
+        # before, so the walk names the first row out of place.
         with driver.pipeline(), driver.cursor() as current, driver.cursor() as ahead:
-            rows = current.execute(_PG_BATCH, (first, last, size)).fetchall()
-            while rows:
-                more = len(rows) == size and rows[-1][0] < last
-                if more:
-                    ahead.execute(_PG_BATCH, (rows[-1][0] + 1, last, size))
-                yield rows
-                if not more:
+            batch = (first, min(last, first + size - 1), True)
+            current.execute(_PG_BATCH, (batch[0], batch[1], size))
+            while True:
+                rows = current.fetchall()
+                following = _next_batch(rows, batch, last=last, size=size)
+                if following is not None:
+                    ahead.execute(_PG_BATCH, (following[0], following[1], size))
+                if rows:
+                    yield rows
+                if following is None:
                     return
-                rows = ahead.fetchall()
+                batch = following
                 current, ahead = ahead, current
         return
     columns = [AuditEvent.seq, null(), *(getattr(AuditEvent, name) for name in _COLUMNS[1:])]

@@ -155,3 +155,34 @@ def test_a_walk_that_stops_early_leaves_the_session_usable(session: Session) -> 
         assert driver is not None and driver.info.pipeline_status.name == "OFF"
     session.rollback()
     assert audit_verify(session, batch_size=4).ok
+
+
+def test_a_gap_longer_than_a_batch_is_named_where_it_starts(session: Session) -> None:
+    """The PostgreSQL walk asks each batch for a range of seqs; rows missing for longer than a
+    batch must still be reported at the first missing seq, not as rows missing at the end."""
+    from sqlalchemy import text
+
+    session.execute(text("SET LOCAL session_replication_role = replica"))  # superuser: triggers off
+    session.execute(text("DELETE FROM audit_events WHERE seq BETWEEN 5 AND 16"))
+    for size in (2, 3, 5, 12, 100):
+        verdict = audit_verify(session, batch_size=size)
+        assert (verdict.ok, verdict.first_bad_seq, verdict.checked) == (False, 5, 4), size
+        assert verdict.reason == "expected seq 5, found 17 (a row is missing or moved)", size
+
+
+def test_rows_cut_off_the_end_are_named_whatever_the_batch(session: Session) -> None:
+    from sqlalchemy import text
+
+    session.execute(text("SET LOCAL session_replication_role = replica"))
+    session.execute(text("DELETE FROM audit_events WHERE seq > 21"))
+    for size in (2, 3, 7, 21, 100):
+        verdict = audit_verify(session, batch_size=size)
+        assert (verdict.ok, verdict.first_bad_seq, verdict.checked) == (False, 22, 21), size
+        bounded = audit_verify(session, until_seq=21, batch_size=size)
+        assert (bounded.ok, bounded.checked) == (True, 21), size
+
+
+def test_every_batch_size_walks_the_whole_chain(session: Session) -> None:
+    for size in (1, 2, 3, 4, 5, 24, 25, 26, 1000):
+        verdict = audit_verify(session, batch_size=size)
+        assert (verdict.ok, verdict.checked) == (True, 25), size
