@@ -440,8 +440,12 @@ def _service(service: Any) -> list[str]:
     if is_missing(api) or api is None:
         out += [f"Request-creation API: {fmt(api) if api else 'not measured'}", ""]
     else:
+        warm = api.get("warm_up_requests_per_s") or []
         out += [f"`wrk` against gunicorn ({api.get('gunicorn_workers')} workers) + PostgreSQL, "
-                f"{api.get('connections')} connections, {api.get('seconds')} s each.", ""]
+                f"{api.get('connections')} connections, {api.get('seconds')} s each"
+                + (f", after {len(warm)} warm-up bursts of 2 s on the trivial endpoint "
+                   f"({', '.join(fmt(r, 0) for r in warm)} req/s: until two agree within 10 %)" if warm else "")
+                + ".", ""]
         rows = [[name, fmt(_get(api, name, "requests_per_s"), 1), fmt(_get(api, name, "p50_ms"), 1),
                  fmt(_get(api, name, "p99_ms"), 1), fmt(_get(api, name, "non_2xx")), fmt(_get(api, name, "requests"))]
                 for name in ("create_request", "trivial")]
@@ -514,8 +518,9 @@ METHODS_NOTE = [
     "- **Time to certificate**: `python -m workers.embedded demo` in a private `VAR_DIR` holding the "
     "benchmark's own corpus and base model; stage boundaries are the audit trail's timestamps.",
     "- **Service**: gunicorn (`deletion.wsgi`) on a fresh PostgreSQL database, `wrk -t2 --latency`; every "
-    "created request names a new subject.  The audit chain is bulk-loaded with COPY using the domain's "
-    "own hash function, then `audit_verify` walks it; a keyed seal is then placed 1,000 events before the head "
+    "created request names a new subject; before either endpoint is measured, 2-second bursts on the trivial "
+    "endpoint run until two agree within 10 % (every worker serving).  The audit chain is bulk-loaded with "
+    "COPY using the domain's own hash function, not analysed (as after a restore), then `audit_verify` walks it; a keyed seal is then placed 1,000 events before the head "
     "and `audit_seals_verify` (the check pages and the sealer run) is timed and its rows counted.  The "
     "certificate chain is bulk-loaded the same way (signed with a bench Ed25519 key), walked in full by "
     "`certificate_chain_check(full=True)`, then checked from a signed verified head 100 certificates "
