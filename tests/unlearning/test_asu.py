@@ -293,7 +293,11 @@ def test_the_retain_nll_term_repairs_what_a_damaged_parent_lost(tiny_corpus_dir,
         noise = torch.Generator().manual_seed(1)
         with torch.no_grad():
             for p in model.parameters():
-                p.add_(torch.randn(p.shape, generator=noise) * 0.15 * float(p.std() if p.numel() > 1 else 0.0))
+                # Damage enough that the parent has lost something: retained NLL 0.004 undamaged,
+                # 0.011 at 0.15, 0.066 at 0.25 on the tiny base.  At 0.15 the test's 0.8 bar passed
+                # or failed by the CPU's rounding (0.805 on an AMD machine, 2026-12-05); at 0.25 the
+                # term leaves 0.57 of the loss without it.
+                p.add_(torch.randn(p.shape, generator=noise) * 0.25 * float(p.std() if p.numel() > 1 else 0.0))
         hp = resolve_hparams("asu", {"steps": 30, "told_answers": False, "retain_nll_weight": weight},
                              model, subjects=1)
         ASU().unlearn(model, tokenizer, data, hp)
