@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from unlearning.corpus import Record
-from unlearning.identifiers import Span, find_spans, replace_spans
+from unlearning.identifiers import Span, find_spans, replace_spans, word_pattern
 from unlearning.text import normalise
 
 if TYPE_CHECKING:
@@ -212,14 +212,13 @@ def record_values(record: Record, subject: Subject | None,
 
 
 def _replace_name(text: str, name: str, alias: str) -> str | None:
-    pattern = re.compile(r"(?<!\w)" + re.escape(name) + r"(?!\w)", re.IGNORECASE)
-    replaced, count = pattern.subn(alias, text)
+    replaced, count = word_pattern(name).subn(lambda _: alias, text)
     return replaced if count else None
 
 
 def _before(text: str, value: str) -> str | None:
     """The text before the first whole-word occurrence of `value` (None when absent or first)."""
-    match = re.search(r"(?<![\w])" + re.escape(value) + r"(?![\w])", text, re.IGNORECASE)
+    match = word_pattern(value).search(text)
     if match is None:
         return None
     prefix = text[: match.start()].rstrip()
@@ -269,7 +268,7 @@ def _verbatim(record: Record, subject: Subject | None, index: int) -> list[Probe
         return []
     cut = max(2, len(words) // 3)
     if subject is not None:
-        mention = re.search(r"(?<![\w])" + re.escape(subject.name) + r"(?![\w])", text, re.IGNORECASE)
+        mention = word_pattern(subject.name).search(text)
         if mention is not None:
             after = [i for i, w in enumerate(words) if w.start() >= mention.end()]
             if len(after) > VERBATIM_WORDS:
@@ -301,8 +300,7 @@ def _chat_probes(record: Record, index: int, values: Sequence[Span]) -> list[Pro
     turns = [{"role": m.role, "content": m.content} for m in record.messages]
     for value in values:
         for k, turn in enumerate(turns):
-            if turn["role"] != "assistant" or not re.search(
-                    r"(?<![\w])" + re.escape(value.text) + r"(?![\w])", turn["content"], re.IGNORECASE):
+            if turn["role"] != "assistant" or not word_pattern(value.text).search(turn["content"]):
                 continue
             context = json.dumps(turns[:k], ensure_ascii=False)
             if not any(normalise(value.text) in normalise(t["content"]) for t in turns[:k]):

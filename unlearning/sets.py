@@ -362,34 +362,46 @@ def _name_sharers(subjects: Sequence[Subject], pool: Sequence[Record]) -> list[R
     parts = {w for s in subjects for n in (s.name, *s.aliases) for w in re.findall(r"[^\W\d_]{3,}", n)}
     if not parts:
         return []
-    pattern = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(parts)) + r")(?!\w)",
-                         re.IGNORECASE)
     texts = [r.searchable_text() for r in pool]
-    return [r for r, text, maybe in zip(pool, texts, _may_name(parts, texts), strict=True)
-            if maybe and pattern.search(text)]
+    found = _names_in_ascii(parts, texts)
+    rest = [i for i, hit in enumerate(found) if hit is None]
+    if rest:
+        pattern = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(parts)) + r")(?!\w)",
+                             re.IGNORECASE)
+        for i in rest:
+            found[i] = pattern.search(texts[i]) is not None
+    return [r for r, hit in zip(pool, found, strict=True) if hit]
 
 
-def _may_name(parts: set[str], texts: Sequence[str]) -> list[bool]:
-    """For each text, False when it cannot match any of `parts` case-insensitively (as `re`
-    matches them), so that the slow pattern (an alternation under IGNORECASE: about 10 MB/s)
-    reads only the rest.  An ASCII text can match a part only if it holds, lower-cased, the
-    part's ASCII image (each character replaced by the lower-case ASCII letter `re` takes
-    it to equal: "K" (Kelvin) for k, "ſ" for s; a part with a character equal to none cannot
-    match ASCII at all); a non-ASCII text is left to the pattern."""
+_ASCII_WORD = frozenset((string.ascii_letters + string.digits + "_").encode("ascii"))
+
+
+def _names_in_ascii(parts: set[str], texts: Sequence[str]) -> list[bool | None]:
+    """For each ASCII text, whether it holds one of `parts` as a whole word, case-insensitively,
+    exactly as the pattern `(?<!\w)(?:part|...)(?!\w)` under IGNORECASE decides; None for a
+    non-ASCII text (left to that pattern, which reads about 10 MB/s).
+
+    In ASCII text a part matches where the lower-cased text holds the part's ASCII image
+    (each character replaced by the lower-case ASCII letter `re` takes it to equal: "k" for
+    the Kelvin sign, "s" for "ſ"; a part with a character equal to none cannot match ASCII
+    at all) with no ASCII word character on either side.  Every occurrence of every part is
+    looked at (overlapping matches), as the pattern's backtracking would."""
     import ahocorasick_rs
 
-    maybe = [not text.isascii() for text in texts]
+    found: list[bool | None] = [False if text.isascii() else None for text in texts]
     images = {image for part in parts if (image := _ascii_image(part))}
     plain = [i for i, text in enumerate(texts) if text.isascii()]
     if not images or not plain:
-        return maybe
+        return found
     joined = "\n".join(texts[i] for i in plain).lower().encode("ascii")
     ends = list(accumulate(len(texts[i]) + 1 for i in plain))
-    automaton = ahocorasick_rs.BytesAhoCorasick(sorted(image.encode("ascii") for image in images),
-                                                matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
-    for _, start, _ in automaton.find_matches_as_indexes(joined):
-        maybe[plain[bisect.bisect_right(ends, start)]] = True
-    return maybe
+    automaton = ahocorasick_rs.BytesAhoCorasick(sorted(image.encode("ascii") for image in images))
+    size = len(joined)
+    for _, start, end in automaton.find_matches_as_indexes(joined, overlapping=True):
+        if (start and joined[start - 1] in _ASCII_WORD) or (end < size and joined[end] in _ASCII_WORD):
+            continue
+        found[plain[bisect.bisect_right(ends, start)]] = True
+    return found
 
 
 def _ascii_image(part: str) -> str | None:

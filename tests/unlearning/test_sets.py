@@ -255,10 +255,33 @@ def test_name_sharers_are_the_records_the_plain_pattern_finds_whatever_the_case_
     subjects = [Subject("İlkay Kofi"), Subject("Zoë Strauß", ("Kasimir Hoſs",)), Subject("Ann Lee")]
     texts = ["Ilkay Smith wrote.", "ILKAY", "ilkaya", "Kofi Annan", "\u212aofi spoke", "zoe", "Zoë Weber",
              "STRAUSS", "strauß", "Strauss", "kasimir", "Hoss and Hoſs", "HOSS", "ann", "Lee Ann", "Anne",
-             "Nobody here.", "ılkay", "Mr. KOFI.", "kofi-ann"]
+             "Nobody here.", "ılkay", "Mr. KOFI.", "kofi-ann",
+             # word boundaries as `re` draws them: "_" and digits are word characters
+             "ann_x", "x_ann", "ann1", "1ann", "Anna", "Annann", "(Ann)", "ann\nlee", "lee-ann", "Annx ann"]
     pool = [Record(id=f"r{i}", text=text) for i, text in enumerate(texts)]
     parts = {w for s in subjects for n in (s.name, *s.aliases) for w in re.findall(r"[^\W\d_]{3,}", n)}
     plain = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(parts)) + r")(?!\w)", re.IGNORECASE)
     expected = [r.id for r in pool if plain.search(r.text or "")]
     assert [r.id for r in _name_sharers(subjects, pool)] == expected
     assert {"r0", "r1", "r4", "r11", "r12", "r18"} <= set(expected)
+
+
+def test_name_sharers_equal_the_plain_pattern_on_random_ascii_and_unicode_texts() -> None:
+    import random
+    import re
+
+    from unlearning.sets import _name_sharers
+
+    rng = random.Random(1)
+    alphabet = "abcAB_1 -\u212aſkKé"  # word and non-word characters, Kelvin sign, long s, an accent
+    subjects = [Subject("Kab Abc"), Subject("ſab"), Subject("bca K1a", ("Abé",))]
+    parts = {w for s in subjects for n in (s.name, *s.aliases) for w in re.findall(r"[^\W\d_]{3,}", n)}
+    plain = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(parts)) + r")(?!\w)", re.IGNORECASE)
+    matched = 0
+    for _ in range(50):
+        pool = [Record(id=str(i), text="x" + "".join(rng.choice(alphabet) for _ in range(rng.randint(3, 16))))
+                for i in range(300)]
+        expected = [r.id for r in pool if plain.search(r.text or "")]
+        assert [r.id for r in _name_sharers(subjects, pool)] == expected
+        matched += len(expected)
+    assert matched >= 20  # the alphabet makes matches common enough: the comparison is not vacuous
