@@ -449,7 +449,11 @@ def _service(service: Any) -> list[str]:
         rows = [[name, fmt(_get(api, name, "requests_per_s"), 1), fmt(_get(api, name, "p50_ms"), 1),
                  fmt(_get(api, name, "p99_ms"), 1), fmt(_get(api, name, "non_2xx")), fmt(_get(api, name, "requests"))]
                 for name in ("create_request", "trivial")]
-        out += _table(["endpoint", "requests/s", "p50 ms", "p99 ms", "non-2xx", "requests"], rows)
+        for row, name in zip(rows, ("create_request", "trivial"), strict=True):
+            cpu = _get(api, name, "cpu_ms_per_request") or {}
+            row += [fmt(cpu.get("server"), 2), fmt(cpu.get("postgres"), 2)]
+        out += _table(["endpoint", "requests/s", "p50 ms", "p99 ms", "non-2xx", "requests",
+                       "server CPU ms / request", "PostgreSQL CPU ms / request"], rows)
         goals = api.get("goals") or {}
         out += _table(["figure", "measured", "goal"], [
             ["create_request / trivial requests/s", fmt(api.get("create_vs_trivial"), 2),

@@ -145,6 +145,45 @@ def _wrk(url: str, *, seconds: int, connections: int, script: Path | None = None
     return parse_wrk(done.stdout)
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pids: set[int] | None, command: bytes) -> float:
+    """User + system CPU seconds so far of the processes in `pids` and their children (None:
+    every process whose command line starts with `command`), from /proc."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:  # the process ended meanwhile
+            continue
+        pid, parent = int(entry), int(fields[1])
+        if (pids is not None and (pid in pids or parent in pids)) or (pids is None and cmdline.startswith(command)):
+            total += (int(fields[11]) + int(fields[12])) / _TICKS
+    return total
+
+
+def _wrk_with_cpu(url: str, *, server: int, seconds: int, connections: int,
+                  script: Path | None = None) -> dict[str, Any]:
+    """`_wrk`, plus the CPU milliseconds per request the server (gunicorn's arbiter and workers)
+    and PostgreSQL (every `postgres` process: the backends, the WAL writer ...) spent: on a
+    machine that runs both, these decide the ratio of two endpoints' rates.  None where /proc
+    cannot be read."""
+    readable = Path("/proc/self/stat").is_file()
+    before = (_cpu_seconds({server}, b""), _cpu_seconds(None, b"postgres")) if readable else None
+    out = _wrk(url, seconds=seconds, connections=connections, script=script)
+    if before is not None and out["requests"]:
+        after = (_cpu_seconds({server}, b""), _cpu_seconds(None, b"postgres"))
+        out["cpu_ms_per_request"] = {name: 1000 * (b - a) / out["requests"]
+                                     for name, a, b in zip(("server", "postgres"), before, after, strict=True)}
+    return out
+
+
 WARM_UP_BURST_S = 2
 WARM_UP_BURSTS = 8
 WARM_UP_AGREEMENT = 0.10
@@ -199,11 +238,12 @@ def api_throughput(settings: BenchSettings, *, work: Path, console: Console) -> 
             with console.task("warm up until two bursts on /healthz agree"):
                 out["warm_up_requests_per_s"] = _warm_up(base + "/healthz", connections=settings.wrk_connections)
             with console.task(f"wrk GET /healthz ({settings.wrk_seconds} s)"):
-                out["trivial"] = _wrk(base + "/healthz", seconds=settings.wrk_seconds,
-                                      connections=settings.wrk_connections)
+                out["trivial"] = _wrk_with_cpu(base + "/healthz", server=process.pid, seconds=settings.wrk_seconds,
+                                               connections=settings.wrk_connections)
             with console.task(f"wrk POST /api/v1/requests ({settings.wrk_seconds} s)"):
-                out["create_request"] = _wrk(base + "/api/v1/requests", seconds=settings.wrk_seconds,
-                                             connections=settings.wrk_connections, script=script)
+                out["create_request"] = _wrk_with_cpu(base + "/api/v1/requests", server=process.pid,
+                                                      seconds=settings.wrk_seconds,
+                                                      connections=settings.wrk_connections, script=script)
         finally:
             process.terminate()
             try:

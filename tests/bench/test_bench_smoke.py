@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -312,3 +313,26 @@ def test_the_index_table_gives_build_look_up_and_the_10_gb_figure() -> None:
     assert "| 100 MB | 100 | 0.90 / 0.64 | 2.38 | 3.60 | 0.51 | 153 | yes |" in md
     assert "16.0 s for 100 subject(s) (goal <= 60 s)" in md
     assert _index({"built": False, "reason": "no rg"}) == []
+
+
+def test_the_service_bench_counts_the_cpu_of_a_process_and_its_children() -> None:
+    import subprocess
+    import sys
+
+    from bench.service import _cpu_seconds
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"])
+    try:
+        for _ in range(100):  # until the child has burnt its 0.3 s
+            if _cpu_seconds({parent.pid}, b"") >= 0.3:
+                break
+            time.sleep(0.1)
+        assert 0.3 <= _cpu_seconds({parent.pid}, b"") < 5
+        assert _cpu_seconds({-1}, b"") == 0.0  # nobody's
+    finally:
+        for child in subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout.split():
+            subprocess.run(["kill", child])
+        parent.kill()
+        parent.wait()
