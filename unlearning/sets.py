@@ -377,7 +377,7 @@ _ASCII_WORD = frozenset((string.ascii_letters + string.digits + "_").encode("asc
 
 
 def _names_in_ascii(parts: set[str], texts: Sequence[str]) -> list[bool | None]:
-    """For each ASCII text, whether it holds one of `parts` as a whole word, case-insensitively,
+    r"""For each ASCII text, whether it holds one of `parts` as a whole word, case-insensitively,
     exactly as the pattern `(?<!\w)(?:part|...)(?!\w)` under IGNORECASE decides; None for a
     non-ASCII text (left to that pattern, which reads about 10 MB/s).
 
