@@ -45,7 +45,13 @@ from .attacks.prompt_pressure import pressure_probes
 from .attacks.quantization import quantised4_copy, quantised_copy
 from .attacks.relearn import RelearnSettings, relearn_curve, split_records
 from .bank import Fact, ProbeBank, Side, bank_digest, build_bank
-from .fluency import content_scores, copied_names, degenerate_rate, gibberish_flags, plausibility_limit
+from .fluency import (
+    content_scores,
+    copied_names,
+    degenerate_rate,
+    gibberish_flags,
+    plausibility_limit,
+)
 from .generation import (
     TokenScores,
     generate_texts,
@@ -567,7 +573,7 @@ def _heard(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[str], s: 
     # The answer's bare token ids (`text_ids`), with their character offsets.
     encoded = [tok(" " + a, add_special_tokens=False, return_offsets_mapping=True) for _, a in asked]
     scores = score_continuations(
-        scorer.model, tok, [(probe_ids(tok, p), [int(i) for i in e["input_ids"]]) for (p, _), e in zip(asked, encoded)],
+        scorer.model, tok, [(probe_ids(tok, p), [int(i) for i in e["input_ids"]]) for (p, _), e in zip(asked, encoded, strict=True)],
         batch_size=s.batch_size)
     content = [content_scores(score, [tuple(o) for o in e["offset_mapping"]],
                               copied_names(" " + answer, f"{probe.prompt}\n{probe.prefix}"))
