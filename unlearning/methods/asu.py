@@ -66,6 +66,7 @@ from unlearning.methods.targets import (
     keep_rows,
     kl_to_target,
     latent_loss,
+    lens_readings,
     original_targets,
     plan_targets,
     position_masks,
@@ -265,6 +266,9 @@ class ASU:
         retain_index = {id(b): i for i, b in enumerate(retain_batches)}
         lens = (fit_lens(model, tokenizer, retain_examples)
                 if hp.latent_weight > 0 and hp.latent_readout == "lens" else None)
+        # The lens's reading of the cached states is the same at every step: read once.
+        readings = [lens_readings(states, lens) if states is not None and lens is not None else None
+                    for states in cached_states]
         trained = _with_lora(model, hp)
 
         def step_loss(step: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
@@ -283,7 +287,8 @@ class ASU:
             loss_forget = kl_to_target(target, out.logits[:, :-1].float(), forget_batch.loss_mask,
                                        next_ids=forget_batch.input_ids[:, 1:], token_weight=hp.token_weight)
             if states is not None:
-                loss_forget = loss_forget + hp.latent_weight * latent_loss(out.hidden_states, states, lens)
+                loss_forget = loss_forget + hp.latent_weight * latent_loss(
+                    out.hidden_states, states, lens, readings[forget_index[id(forget_batch)]])
             if hp.retain_loss == "gd":
                 loss_retain = answer_nll(trained, retain_batch)
             else:

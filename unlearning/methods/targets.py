@@ -868,26 +868,41 @@ def batch_states(batch: Batch, targets: Sequence[RecordTarget]) -> tuple[torch.T
 
 
 def latent_loss(hidden_states: Sequence[torch.Tensor], cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-                lens: Lens | None = None) -> torch.Tensor:
+                lens: Lens | None = None,
+                readings: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
     """How far the student's residual states at the subject's positions are from the stranger's.
 
     Without a lens: the mean relative squared distance of the states, every layer.  With one:
     the forward KL, at every intermediate layer the lens reads, from the next-token
     distribution the lens reads off the stranger's state to the one it reads off the
-    student's (`Lens`).
+    student's (`Lens`).  `readings` are `lens_readings(cached, lens)`, for a caller that
+    asks about the same cached states at many steps (they never change).
     """
     rows, cols, teacher = cached
     if lens is None:
         student = torch.stack([h[rows, cols].float() for h in hidden_states[1:]], dim=1)
         error = (student - teacher).square().sum(-1) / teacher.square().sum(-1).clamp_min(1e-6)
         return error.mean()
+    readings = readings if readings is not None else lens_readings(cached, lens)
     losses = []
     for layer, translator in lens.layers.items():
-        with torch.no_grad():
-            target = F.log_softmax(lens.read(teacher[:, layer - 1].float(), translator), dim=-1)
+        target, probability = readings[layer]
         student = F.log_softmax(lens.read(hidden_states[layer][rows, cols].float(), translator), dim=-1)
-        losses.append((target.exp() * (target - student)).sum(-1).mean())
+        losses.append((probability * (target - student)).sum(-1).mean())
     return torch.stack(losses).mean() if losses else teacher.new_zeros(())
+
+
+@torch.no_grad()
+def lens_readings(cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                  lens: Lens) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer the lens reads, the next-token log-probabilities and probabilities it reads
+    off the cached (stranger's) states: the latent loss's fixed side."""
+    teacher = cached[2]
+    out = {}
+    for layer, translator in lens.layers.items():
+        target = F.log_softmax(lens.read(teacher[:, layer - 1].float(), translator), dim=-1)
+        out[layer] = (target, target.exp())
+    return out
 
 
 @dataclass
