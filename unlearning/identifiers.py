@@ -175,7 +175,7 @@ class FreshNames:
         return _PoolParts.of(self.pool)
 
     @cached_property
-    def _seen_by_role(self) -> dict[str | None, list[str]]:  # role (or "unseen:role") -> words
+    def _seen_by_role(self) -> dict[str | None, list[str]]:  # role, "unseen:role" or "same:role:word" -> words
         return {}
 
     @property
@@ -209,7 +209,13 @@ class FreshNames:
         if len(usable) < 8:
             usable = self._unseen_like(role)
             if self.token_count is not None:
-                usable = self._same_tokens(like, role, usable)
+                # The same for every stranger of every identity (it does not depend on the
+                # seed): computed once per word and role, in the cache they share.
+                cache_key = f"same:{role}:{like}"
+                cache = self._seen_by_role
+                if cache_key not in cache:
+                    cache[cache_key] = self._same_tokens(like, role, usable)
+                usable = cache[cache_key]
         for _ in range(64):
             if len(usable) >= 8:
                 candidate = rng.choice(usable)
@@ -292,13 +298,16 @@ class FreshNames:
         tokens = self.tokens
         assert tokens is not None
         wanted = tokens.count(like)
+        tokens.ids_of([_same_case(like, w) for w in unseen])  # one batch for the tokenizer
         same = [w for w in unseen if tokens.count(_same_case(like, w)) == wanted]
         if len(same) >= 8:
             return same
         target = self._familiarity(like)
         scored: list[tuple[int, str]] = []
         taken: set[str] = set()
-        for word in (*self._seen_like(role), *self._vocabulary_like()):
+        candidates = (*self._seen_like(role), *self._vocabulary_like())
+        tokens.ids_of([_same_case(like, word) for word in candidates])
+        for word in candidates:
             if word.casefold() in taken or tokens.count(_same_case(like, word)) != wanted:
                 continue
             taken.add(word.casefold())
