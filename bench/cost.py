@@ -263,7 +263,7 @@ def corpus_scan(settings: BenchSettings, assets: Assets, *, work: Path, console:
             "note": "ours = build_sets on the corpus path (streamed: byte-level Aho-Corasick prefilter over the "
                     "raw lines, non-ASCII lines folded run by run first, orjson and NFKC/casefold/accent "
                     "folding of the candidate lines only, word-boundary matching, groups, "
-                    "retain pool, probes), in a fresh process; peak memory = that process's ru_maxrss "
+                    "retain pool, probes), in a fresh process; peak memory = that process's own high-water mark (VmHWM) "
                     "(the people generator included); reference = load_corpus + the in-memory scan; "
                     "rg = `rg -j1 -F -i -c -f patterns` (one thread, as ours; plain case-insensitive substrings, no folding, no "
                     "boundaries); page cache warm for both"}

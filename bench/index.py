@@ -4,7 +4,7 @@
     python -m bench.index lookup --corpus PATH --index DIR --subjects 100 [--check]
 
 Each prints one JSON line and is meant to run in a fresh process (its peak memory,
-`ru_maxrss`, is then its own).  `build`: seconds, MB/s, index size, peak memory.
+`peak_rss_mb`, is then its own).  `build`: seconds, MB/s, index size, peak memory.
 `lookup`: the forget set by look-up (hits, group members and retain pool:
 `index_scan`, what the per-request cost of set building is made of that depends on the
 corpus; twice: first as the page cache finds it, then warm), and the whole `build_sets` (retain choice and probes on top, which depend on the
@@ -19,19 +19,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from unlearning.sets_benchmark import peak_rss_mb
+
 BENCH_KEY = b"bench-index-key-not-a-secret-000"
 BENCH_DIGEST = "bench"
 
 
 def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss_mb()
 
 
 def _bytes(path: Path) -> int:

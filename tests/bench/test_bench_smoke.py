@@ -336,3 +336,16 @@ def test_the_service_bench_counts_the_cpu_of_a_process_and_its_children() -> Non
             subprocess.run(["kill", child])
         parent.kill()
         parent.wait()
+
+
+def test_a_scan_started_by_a_large_process_reports_its_own_peak_memory() -> None:
+    import subprocess
+    import sys
+
+    held = bytearray(300_000_000)  # the benchmark holding models when it starts the scan
+    held[::4096] = b"\x01" * len(held[::4096])
+    code = "from unlearning.sets_benchmark import peak_rss_mb; print(peak_rss_mb())"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           cwd=Path(__file__).resolve().parents[2])
+    assert 5 < float(child.stdout) < 250  # the child's own interpreter, not the parent's 300 MB
+    del held
