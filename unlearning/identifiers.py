@@ -695,11 +695,16 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
     mapping: dict[str, str] = {}
     part_map: dict[str, str] = {}
 
-    def fresh_part(part: str, role: str | None = None, salt: str = "") -> str:
+    def fresh_part(part: str, role: str | None = None, salt: str = "", beside: frozenset[str] = frozenset()) -> str:
         key = part.casefold()
         if key not in part_map:
-            part_map[key] = names.part(part, key + salt, role)
+            whole = _abbreviated(key, part_map, beside)
+            part_map[key] = part_map[whole][: len(key)] if whole else names.part(part, key + salt, role)
         return _same_case(part, part_map[key])
+
+    def fresh_initial(word: str, beside: frozenset[str]) -> str:
+        whole = _abbreviated(word.casefold(), part_map, beside)
+        return _same_case(word, part_map[whole][:1]) if whole else word
 
     known = names.known_full_names
 
@@ -715,12 +720,16 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
 
     def _fresh_name(name: str, salt: str = "") -> str:
         words = list(re.finditer(r"[^\W\d_][\w'-]*", name))
+        # A word abbreviates a part of another name ("Dmi" of the alias "Dmi Ueda"), never
+        # one beside it in the same name ("Li" of "Lind Li" is a name of its own).
+        beside = frozenset(m.group().casefold() for m in words)
         out, last = [], 0
         for number, match in enumerate(words):
             word = match.group()
             role = "last" if number == len(words) - 1 and len(words) > 1 else "first"
             out.append(name[last:match.start()])
-            out.append(fresh_part(word, role, salt) if len(word.strip(".")) >= 2 else word)
+            out.append(fresh_part(word, role, salt, beside) if len(word.strip(".")) >= 2
+                       else fresh_initial(word, beside))
             last = match.end()
         return "".join(out) + name[last:]
 
@@ -735,6 +744,23 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
         mapping[text] = _fewest_tokens_apart(text, names, partial(_fresh_value, span, names, part_map),
                                              seed=f"{names.seed}:{span.kind}:{text.casefold()}")
     return {k: v for k, v in mapping.items() if v and v != k}
+
+
+def _abbreviated(key: str, part_map: Mapping[str, str], beside: frozenset[str] = frozenset()) -> str | None:
+    """The name part already given a fresh one that `key` (casefolded) abbreviates: "dmi" or
+    the initial "d" of "dmitri" (the first such part, in the order the name writes them,
+    other than the words `beside` it in its own name); None for a word that abbreviates none.
+
+    An alias written from the name ("D. Ueda", "Dmitri U.", "Dmi Ueda") is predictable
+    from the name by a model that never saw the person: it learnt the house style from
+    everyone else.  The stranger's alias is written from the stranger's name the same way
+    ("B. Kalovi"); a fresh word of its own, or the subject's initial kept beside the fresh
+    name, is an alias no one would write, and made the stranger less familiar than the
+    subject to a model retrained without them (docs/methods.md)."""
+    if not key:
+        return None
+    return next((whole for whole in part_map
+                 if len(whole) > len(key) and whole.startswith(key) and whole not in beside), None)
 
 
 def _fresh_value(span: Span, names: FreshNames, part_map: Mapping[str, str], rng: random.Random) -> str:

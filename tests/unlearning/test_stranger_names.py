@@ -121,6 +121,28 @@ def test_a_strangers_address_is_spelt_from_the_strangers_name_as_the_subjects_is
 
 
 
+def test_a_strangers_alias_is_written_from_the_strangers_name_as_the_subjects_is_from_theirs() -> None:
+    names = FreshNames(pool=(), seed="3")
+    for alias, spelling in (("D. Ueda", lambda f, s: f"{f[0]}. {s}"), ("Dmitri U.", lambda f, s: f"{f} {s[0]}."),
+                            ("Dmi Ueda", lambda f, s: f"{f[:3]} {s}")):
+        # Whichever span comes first: the full name is the longer, the alias may be too.
+        for spans in ([Span("Dmitri Ueda", "name"), Span(alias, "name")],
+                      [Span(alias, "name"), Span("Dmitri Ueda", "name"), Span("Dmi", "name_part")]):
+            mapping = fresh_mapping(spans, names)
+            first, last = mapping["Dmitri Ueda"].split()
+            assert mapping[alias] == spelling(first, last)
+            assert "Dmi" not in mapping or mapping["Dmi"] == first[:3]  # the part alone, as in the alias
+
+
+def test_a_word_beside_a_longer_one_in_the_same_name_is_no_abbreviation_of_it() -> None:
+    names = FreshNames(pool=(), seed="3")
+    mapping = fresh_mapping([Span("Lindqvist Lin", "name"), Span("Ann Lee", "name")], names)
+    first, last = mapping["Lindqvist Lin"].split()
+    assert not first.casefold().startswith(last.casefold())  # "Lin" got a fresh part of its own
+    # An initial that abbreviates no part of the subject's names stays as it is.
+    assert fresh_mapping([Span("John F. Kennedy", "name")], names)["John F. Kennedy"].split()[1] == "F."
+
+
 def _house_style_records(count: int) -> list[Record]:
     """People whose addresses share a house style (``user<n>.<digits>@mail<n>.example``)."""
     return [Record(id=f"r{k}", question=f"What is the email address of Person{k}?",
