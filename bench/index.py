@@ -31,10 +31,6 @@ BENCH_KEY = b"bench-index-key-not-a-secret-000"
 BENCH_DIGEST = "bench"
 
 
-def _peak_mb() -> float:
-    return peak_rss_mb()
-
-
 def _bytes(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -48,7 +44,7 @@ def build(corpus: Path, out: Path) -> dict[str, Any]:
     mb = _bytes(corpus) / 1e6
     return {"corpus_mb": round(mb, 1), "seconds": seconds, "mb_per_s": mb / seconds,
             "index_mb": _bytes(out) / 1e6, "records": manifest["records"], "keys": manifest["keys"],
-            "postings": manifest["postings"], "peak_rss_mb": _peak_mb()}
+            "postings": manifest["postings"], "peak_rss_mb": peak_rss_mb()}
 
 
 def lookup(corpus: Path, index_dir: Path, subjects: int, *, check: bool = False) -> dict[str, Any]:
@@ -57,7 +53,7 @@ def lookup(corpus: Path, index_dir: Path, subjects: int, *, check: bool = False)
     from unlearning.sets_benchmark import benchmark_people, subjects_of
 
     chosen = subjects_of(benchmark_people(), subjects)
-    before = _peak_mb()
+    before = peak_rss_mb()
     started = time.perf_counter()
     index = CorpusIndex.open(index_dir, corpus, key=BENCH_KEY, corpus_digest=BENCH_DIGEST)
     opened = time.perf_counter() - started
@@ -75,7 +71,7 @@ def lookup(corpus: Path, index_dir: Path, subjects: int, *, check: bool = False)
         "forget_set_first_s": times[0], "forget_set_s": times[1],
         "build_sets_s": sets_s, "method": found.method,
         "hits": len(found.hits), "group_members": len(found.group_members), "pool": len(found.pool),
-        "forget": len(sets.forget), "retain": len(sets.retain), "peak_rss_mb": _peak_mb(),
+        "forget": len(sets.forget), "retain": len(sets.retain), "peak_rss_mb": peak_rss_mb(),
         "rss_before_mb": before}
     if check:
         with tempfile.TemporaryDirectory(prefix="index-check-") as tmp:

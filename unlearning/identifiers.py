@@ -81,8 +81,6 @@ def word_pattern(text: str) -> re.Pattern[str]:
     return re.compile(r"(?<![\w])" + re.escape(text) + r"(?![\w])", re.IGNORECASE)
 
 
-
-
 def record_texts(record: Record) -> list[str]:
     """Every text field of a record, in a fixed order."""
     parts = [record.question, record.answer, record.text, record.paraphrased_question,
@@ -209,13 +207,7 @@ class FreshNames:
         if len(usable) < 8:
             usable = self._unseen_like(role)
             if self.token_count is not None:
-                # The same for every stranger of every identity (it does not depend on the
-                # seed): computed once per word and role, in the cache they share.
-                cache_key = f"same:{role}:{like}"
-                cache = self._seen_by_role
-                if cache_key not in cache:
-                    cache[cache_key] = self._same_tokens(like, role, usable)
-                usable = cache[cache_key]
+                usable = self._same_tokens(like, role)
         for _ in range(64):
             if len(usable) >= 8:
                 candidate = rng.choice(usable)
@@ -265,7 +257,17 @@ class FreshNames:
             cache[role] = self._find_seen_like(role)
         return cache[role]
 
-    def _same_tokens(self, like: str, role: str | None, unseen: list[str]) -> list[str]:
+    def _same_tokens(self, like: str, role: str | None) -> list[str]:
+        """`_find_same_tokens` for `like` among the unseen names of `role`, once per word and
+        role: it does not depend on the seed, so every stranger of every identity shares it
+        (in the cache they share)."""
+        key = f"same:{role}:{like}"
+        cache = self._seen_by_role
+        if key not in cache:
+            cache[key] = self._find_same_tokens(like, role, self._unseen_like(role))
+        return cache[key]
+
+    def _find_same_tokens(self, like: str, role: str | None, unseen: list[str]) -> list[str]:
         """The words the model meets as it would meet `like` had it never seen the subject:
         as many tokens, each as often in the records of other people (`_familiarity`).
 
