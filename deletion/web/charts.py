@@ -13,7 +13,8 @@ CHART_GROUPS = (
     ("Surface leakage", "leakage.base_forget", "leakage.forget", "leakage.control"),
     ("Leakage after 8-bit quantisation", "leakage.base_forget", "attack.quant_leakage", "leakage.control"),
     ("Facts recovered by relearning", None, "attack.relearn_recovery", None),
-    ("Residual latent knowledge", None, "latent.residual_ratio", None),
+    # Policy v5 reads latent traces over the whole value; earlier rounds have the first-token reading.
+    ("Residual latent knowledge", None, ("latent.value_ratio", "latent.residual_ratio"), None),
 )
 BAR_LEFT, BAR_WIDTH, ROW_HEIGHT = 220, 380, 46
 
@@ -38,7 +39,8 @@ def verification_chart(results: Sequence[VerificationResult]) -> dict[str, Any] 
     values = metric_values(results)
     rows: list[dict[str, Any]] = []
     for label, before_key, after_key, control_key in CHART_GROUPS:
-        after = values.get(after_key)
+        after_keys = after_key if isinstance(after_key, tuple) else (after_key,)
+        after = next((values[k] for k in after_keys if k in values), None)
         if after is None:
             continue
         before = values.get(before_key) if before_key else None

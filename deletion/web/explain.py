@@ -17,7 +17,11 @@ MEASURES: dict[str, tuple[str, str]] = {
     "leakage.forget_sampled": ("the share of sampled answers about the subject that still contain "
                                "an erased fact", "people the model never saw"),
     "latent.residual_ratio": ("how much of the subject's facts a linear probe can still read from "
-                              "the model's internal activations", "the model before the erasure"),
+                              "the model's internal activations, at the first word where a true and "
+                              "a false value differ (policies up to v4)", "the model before the erasure"),
+    "latent.value_ratio": ("how much of the subject's facts a linear probe can still read from "
+                           "the model's internal activations, over the whole of each value",
+                           "the model before the erasure"),
     "utility.retain_ratio": ("how many facts about other people the model still knows",
                              "the model before the erasure"),
     "utility.ppl_ratio": ("how well the model still predicts ordinary held-out text (perplexity)",
@@ -42,8 +46,10 @@ MEASURES: dict[str, tuple[str, str]] = {
                                 "prompts", "people the model never saw"),
     "gates_off.leakage.forget": ("leakage with the KIF gates switched off (tells suppression from "
                                  "erasure)", "people the model never saw"),
-    "gates_off.latent.residual_ratio": ("latent traces with the KIF gates switched off",
+    "gates_off.latent.residual_ratio": ("latent traces with the KIF gates switched off (first word)",
                                         "the model before the erasure"),
+    "gates_off.latent.value_ratio": ("latent traces with the KIF gates switched off",
+                                     "the model before the erasure"),
 }
 WORDS = {"<=": "at most", ">=": "at least", "<": "below", ">": "above"}
 

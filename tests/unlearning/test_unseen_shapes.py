@@ -212,7 +212,7 @@ def test_answers_and_completions_of_long_prompts_fit_the_positions(tmp_path: Pat
 def test_scores_and_states_of_long_records_cover_every_token_within_the_positions(tmp_path: Path) -> None:
     from unlearning.prompting import encode_text
     from unlearning.verification.generation import (
-        last_prompt_states,
+        continuation_states,
         score_continuations,
         score_examples,
         states_and_head_inputs,
@@ -228,7 +228,9 @@ def test_scores_and_states_of_long_records_cover_every_token_within_the_position
     assert torch.allclose(torch.from_numpy(scores.logp[:31]), torch.from_numpy(head.logp), atol=1e-5)
     prefix, continuation = list(example.ids[:60]), list(example.ids[60:70])
     assert score_continuations(model, tokenizer, [(prefix, continuation)])[0].logp.shape == (10,)
-    assert last_prompt_states(model, tokenizer, [list(example.ids)]).shape[1] == 1
+    # A value at the end of a long record: its states fit the positions, one per value token.
+    (read,) = continuation_states(model, tokenizer, [list(example.ids)], [len(example) - 10])
+    assert read.shape[:2] == (model.config.n_layer + 1, 10)
     states, inputs = states_and_head_inputs(model, tokenizer, [example])
     assert states.shape[1] == inputs.shape[0] == 31
 

@@ -174,8 +174,8 @@ def test_policy_v2_bounds_latent_traces_from_both_sides() -> None:
     verdicts = {}
     for label, forget in rows.items():
         rr = residual_knowledge_ratio(forget, control, base, bootstrap=50, seed=0)
-        metrics = {"latent.residual_ratio": rr.value, "latent.residual_ratio.stderr": rr.stderr}
-        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY.judge(metrics), "latent.residual_ratio")]
+        metrics = {"latent.value_ratio": rr.value, "latent.value_ratio.stderr": rr.stderr}
+        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY.judge(metrics), "latent.value_ratio")]
     assert verdicts["kept"] == [False, True]  # upper bound fails
     assert verdicts["like a stranger"] == [True, True]
     assert verdicts["below strangers"] == [True, False]  # lower bound fails
@@ -310,7 +310,7 @@ def test_membership_without_spans_or_with_too_few_strangers_is_unmeasured_with_a
 def test_an_unmeasured_metric_passes_only_for_the_reasons_its_check_accepts() -> None:
     latent = "latent residual knowledge"
     for reason, passes in ((BASE_SILENT, True), (TOO_FEW_RECORDS, False), (NOT_COMPUTED, False)):
-        result = _by_name(DEFAULT_POLICY.judge({}, {"latent.residual_ratio": reason}))[latent]
+        result = _by_name(DEFAULT_POLICY.judge({}, {"latent.value_ratio": reason}))[latent]
         assert (result.status, result.value, result.threshold) == ("unmeasured", None, None)
         assert result.passed is passes
         assert result.rule == f"{reason}: {'passes' if passes else 'fails'}"
@@ -347,23 +347,45 @@ def _latent_bank(n_forget: int, n_control: int) -> SimpleNamespace:
 
 def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     s = VerifySettings(bootstrap=20)
-    silent_base = np.vstack([np.zeros(6, bool), np.arange(6) % 2 == 0])  # no better than strangers
+    silent = np.vstack([np.zeros(6, bool), np.arange(6) % 2 == 0])  # no better than strangers
     chance = np.vstack([np.zeros(8, bool), np.arange(8) % 2 == 0])
-    monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [silent_base, chance])
+    silent_base = suite.LatentReadings(silent, silent)
+    monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [
+        silent_base, suite.LatentReadings(chance, chance)])
     bank = _latent_bank(6, 8)
     metrics: dict[str, float] = {}
     clock = suite._Clock(None, "gates_off.")  # type: ignore[arg-type]
     suite._latent_family(metrics, None, SimpleNamespace(latent_forget=silent_base), bank, s, 0, clock)
     assert "latent.residual_ratio" not in metrics and metrics["latent.usable_layers"] == 0
-    assert clock.unmeasured == {"gates_off.latent.residual_ratio": BASE_SILENT}
+    assert "latent.value_ratio" not in metrics and metrics["latent.value.usable_layers"] == 0
+    assert clock.unmeasured == {"gates_off.latent.residual_ratio": BASE_SILENT,
+                                "gates_off.latent.value_ratio": BASE_SILENT}
     results = _by_name(DEFAULT_POLICY.judge({}, clock.unmeasured))
     assert results["latent traces with gates off"].passed  # nothing the check could find
 
     bank = _latent_bank(1, 8)  # one forget fact: too few to measure, and that fails
     metrics, clock = {}, suite._Clock(None, "")  # type: ignore[arg-type]
     suite._latent_family(metrics, None, SimpleNamespace(latent_forget=silent_base), bank, s, 0, clock)
-    assert clock.unmeasured == {"latent.residual_ratio": TOO_FEW_RECORDS}
+    assert clock.unmeasured == {"latent.residual_ratio": TOO_FEW_RECORDS, "latent.value_ratio": TOO_FEW_RECORDS}
     assert not _by_name(DEFAULT_POLICY.judge(metrics, clock.unmeasured))["latent residual knowledge"].passed
+
+
+def test_the_latent_family_reads_both_ways_from_the_same_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first-token and the whole-value reading are separate metrics of one pass: a value whose
+    first token alone is still preferred reads as known by the first and not by the second."""
+    s = VerifySettings(bootstrap=20)
+    knows = np.vstack([np.zeros(6), np.ones(6)])
+    half = np.vstack([np.zeros(6), np.full(6, 0.5)])
+    chance = np.vstack([np.zeros(8), np.full(8, 0.5)])
+    monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [
+        suite.LatentReadings(knows, half), suite.LatentReadings(chance, chance)])
+    metrics: dict[str, float] = {}
+    clock = suite._Clock(None, "")  # type: ignore[arg-type]
+    suite._latent_family(metrics, None, SimpleNamespace(latent_forget=suite.LatentReadings(knows, knows)),
+                         _latent_bank(6, 8), s, 0, clock)
+    assert metrics["latent.residual_ratio"] == pytest.approx(1.0)
+    assert metrics["latent.value_ratio"] == pytest.approx(0.0)
+    assert metrics["latent.value.acc_forget"] == pytest.approx(0.5) and not clock.unmeasured
 
 
 # ---------------------------------------------------------------- policies and their documents
@@ -375,7 +397,7 @@ def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() ->
     assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") == v1
     assert get_policy("strict-test") == v2 != v1
-    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "4"
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "5"
     assert get_policy("default", "1").version == "1"
     with pytest.raises(ValueError, match="already exists"):
         register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
@@ -500,7 +522,7 @@ def test_a_relearning_failure_turns_on_the_refreshed_teacher_with_anchored_stran
 def _report(**changes: Any) -> Report:
     metrics = {"leakage.forget": 0.25, "leakage.control": 0.0, "leakage.forget.stderr": 0.05,
                "utility.ppl_ratio": 1.125, "mia.auc_gap": 0.03125, "mia.auc_gap.stderr": 0.0625}
-    unmeasured = {"latent.residual_ratio": BASE_SILENT}
+    unmeasured = {"latent.value_ratio": BASE_SILENT}
     checks = tuple(DEFAULT_POLICY.judge(metrics, unmeasured))
     fields: dict[str, Any] = dict(
         metrics=metrics, checks=checks, policy=DEFAULT_POLICY.to_json(), guarantee="weights",
@@ -517,7 +539,7 @@ def test_a_report_survives_its_json_round_trip() -> None:
     back = Report.from_json(data)
     assert back.to_json() == report.to_json()
     assert back.checks == report.checks  # status and rule of unmeasured checks included
-    assert back.unmeasured == {"latent.residual_ratio": BASE_SILENT}
+    assert back.unmeasured == {"latent.value_ratio": BASE_SILENT}
     assert back.failed_checks == report.failed_checks and back.failed_checks
     assert not back.passed
     latent = _by_name(list(back.checks))["latent residual knowledge"]
@@ -770,7 +792,6 @@ def test_policy_v3_judges_fluency_about_the_subject_against_the_same_questions_a
 
 def test_policy_v4_judges_fluency_over_content_tokens_with_v3s_thresholds() -> None:
     v3, v4 = get_policy("default", "3"), get_policy("default", "4")
-    assert DEFAULT_POLICY is v4
     changed = {(a.metric, b.metric) for a, b in zip(v3.checks, v4.checks, strict=True) if a != b}
     assert changed == {("fluency.paired_gibberish_rate", "fluency.content_paired_gibberish_rate"),
                        ("fluency.stranger_gibberish_rate", "fluency.content_stranger_gibberish_rate")}
@@ -784,6 +805,28 @@ def test_policy_v4_judges_fluency_over_content_tokens_with_v3s_thresholds() -> N
     assert not judged["fluency.content_paired_gibberish_rate"].passed
     assert judged["fluency.content_stranger_gibberish_rate"].passed
     assert "fluency.paired_gibberish_rate" not in judged  # v3's metric does not decide v4
+
+
+def test_policy_v5_reads_latent_traces_over_the_whole_value_with_v4s_thresholds() -> None:
+    v4, v5 = get_policy("default", "4"), get_policy("default", "5")
+    assert DEFAULT_POLICY is v5
+    changed = {(a.metric, b.metric) for a, b in zip(v4.checks, v5.checks, strict=True) if a != b}
+    assert changed == {("latent.residual_ratio", "latent.value_ratio"),
+                       ("gates_off.latent.residual_ratio", "gates_off.latent.value_ratio")}
+    for a, b in zip(v4.checks, v5.checks, strict=True):  # never an easier threshold
+        assert (a.name, a.comparator, a.margin, a.noise_z, a.decides_pass, a.unmeasured_passes) == (
+            b.name, b.comparator, b.margin, b.noise_z, b.decides_pass, b.unmeasured_passes)
+    # The first-token reading no longer decides: a value still known over its whole length fails,
+    # one whose first token alone is still preferred passes.
+    known = {"latent.residual_ratio": 0.0, "latent.residual_ratio.stderr": 0.0,
+             "latent.value_ratio": 0.8, "latent.value_ratio.stderr": 0.1}
+    judged = v5.judge(known)
+    assert [c.passed for c in _checks_on(judged, "latent.value_ratio")] == [False, True]
+    assert not _checks_on(judged, "latent.residual_ratio")
+    first_only = {"latent.residual_ratio": 0.8, "latent.residual_ratio.stderr": 0.1,
+                  "latent.value_ratio": 0.0, "latent.value_ratio.stderr": 0.1}
+    assert all(c.passed for c in v5.judge(first_only) if c.metric.startswith("latent."))
+    assert not all(c.passed for c in v4.judge(first_only) if c.metric.startswith("latent."))
 
 
 def test_a_copied_name_is_left_out_of_an_answers_plausibility() -> None:

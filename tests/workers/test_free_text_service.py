@@ -121,7 +121,7 @@ def test_a_model_of_ones_own_on_free_text_gets_a_request_certified_end_to_end(
     metrics = report["metrics"]
     # Every family was measured on free text (or named why not), none is NaN.
     assert all(v is None or math.isfinite(v) for v in metrics.values())
-    for family in ("leakage.forget", "mia.auc", "mia.span_auc", "latent.residual_ratio", "utility.retain_ratio",
+    for family in ("leakage.forget", "mia.auc", "mia.span_auc", "latent.value_ratio", "utility.retain_ratio",
                    "attack.relearn_recovery", "attack.quant4_leakage"):
         assert family in metrics or family in report["unmeasured"], family
     assert metrics["leakage.forget"] < metrics["leakage.base_forget"]  # it forgot something at least

@@ -4,8 +4,8 @@ Every prompt reaches the model in the model's own prompt format
 (`unlearning.prompting`), exactly as in training: a probe's `form` says which
 layout (question, question + beginning of the answer, beginning of a text,
 conversation).  Batches are sorted by length (less padding), left-padded for
-generation and hidden states (the last prompt token is then at index -1),
-right-padded for scoring.
+generation (the last prompt token is then at index -1), right-padded for
+scoring and hidden states (every token at its own position).
 
 No sequence reaches a model longer than its positions (`position_limit`):
 GPT-2 and OPT would index past their position embeddings, a RoPE model would
@@ -40,7 +40,7 @@ from unlearning.prompting import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "CLOZE_INSTRUCTION", "TokenScores", "generate_texts", "last_prompt_states", "probe_ids",
+    "CLOZE_INSTRUCTION", "TokenScores", "continuation_states", "generate_texts", "probe_ids",
     "question_ids", "score_continuations", "score_examples", "text_ids",
 ]
 
@@ -142,25 +142,39 @@ def _generate(
 
 
 @torch.inference_mode()
-def last_prompt_states(
-    model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, batch_size: int = 64
-) -> np.ndarray:
-    """Residual stream at the last token of each prompt: array (layers + 1, prompts, hidden), float32."""
+def continuation_states(
+    model: Any, tokenizer: Any, sequences: Sequence[Sequence[int]], starts: Sequence[int], *,
+    batch_size: int = 32,
+) -> list[np.ndarray]:
+    """Residual stream of every layer at the positions that predict each sequence's tokens from
+    `starts[i]` on: per sequence, an array (layers + 1, len - start, hidden), float32.
+
+    Right-padded, so every token sits at its own position.  A sequence longer than
+    the model's positions keeps its end (the continuation and the context just
+    before it); a start of 0 becomes 1 (the first token has nothing before it)."""
     device = model_device(model)
     pad = pad_id_of(tokenizer)
-    if not prompts:
-        return np.zeros((0, 0, 0), dtype=np.float32)
     limit = position_limit(model)
-    if limit is not None:  # the last token's state is what is read: keep the end
-        prompts = [p[-limit:] for p in prompts]
-    chunks: dict[int, np.ndarray] = {}
-    for idx in _batches([len(p) for p in prompts], batch_size):
-        ids, mask = _left_padded(prompts, idx, pad, device)
-        hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
-        stacked = torch.stack([h[:, -1, :].float() for h in hidden]).cpu().numpy()
+    fitted: list[tuple[list[int], int]] = []
+    for seq, start in zip(sequences, starts, strict=True):
+        seq = list(seq)
+        cut = max(0, len(seq) - limit) if limit is not None else 0
+        fitted.append((seq[cut:], max(1, start - cut)))
+    out: list[np.ndarray] = [np.zeros((0, 0, 0), dtype=np.float32)] * len(fitted)
+    for idx in _batches([len(s) for s, _ in fitted], batch_size):
+        width = max(len(fitted[i][0]) for i in idx)
+        ids = torch.full((len(idx), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
         for row, i in enumerate(idx):
-            chunks[i] = stacked[:, row, :]
-    return np.stack([chunks[i] for i in range(len(prompts))], axis=1)
+            seq = fitted[i][0]
+            ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[row, : len(seq)] = 1
+        hidden = model(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True).hidden_states
+        stacked = torch.stack([h.float() for h in hidden]).cpu().numpy()  # (layers + 1, batch, width, hidden)
+        for row, i in enumerate(idx):
+            seq, start = fitted[i]
+            out[i] = stacked[:, row, start - 1 : len(seq) - 1, :]
+    return out
 
 
 @torch.inference_mode()

@@ -56,24 +56,32 @@ def fit_translators(states: np.ndarray, head_inputs: np.ndarray, *, alpha: float
 
 
 @torch.no_grad()
-def lens_correctness(
-    head: torch.nn.Module, translators: list[np.ndarray], states: np.ndarray,
-    true_tokens: list[int], perturbed_tokens: list[int],
-) -> np.ndarray:
-    """(layers, n): does layer l's lens prefer the true token to the perturbed one?"""
-    layers = len(translators)
-    n = len(true_tokens)
-    out = np.zeros((layers, n), dtype=bool)
-    if n == 0:
+def lens_token_logprobs(
+    head: torch.nn.Module, translators: list[np.ndarray], states: list[np.ndarray], tokens: list[list[int]],
+    *, chunk: int = 2048,
+) -> list[np.ndarray]:
+    """Per sequence, (layers, tokens): log p of each token as layer l's lens reads it from the state
+    before it (`states[i]` is (layers, len(tokens[i]), hidden), as `continuation_states` gives)."""
+    lengths = [len(t) for t in tokens]
+    out = [np.zeros((len(translators), n), dtype=np.float32) for n in lengths]
+    if not tokens or not sum(lengths):
         return out
     weight = next(head.parameters())
-    rows = torch.arange(n)
-    true_t, pert_t = torch.tensor(true_tokens), torch.tensor(perturbed_tokens)
-    for layer in range(layers):
-        h = torch.from_numpy(states[layer])
-        translated = torch.cat([h, torch.ones(n, 1)], dim=1) @ torch.from_numpy(translators[layer])
-        logits = head(translated.to(device=weight.device, dtype=weight.dtype)).float().cpu()
-        out[layer] = (logits[rows, true_t] > logits[rows, pert_t]).numpy()
+    target = torch.tensor([t for seq in tokens for t in seq])
+    for layer, translator in enumerate(translators):
+        h = torch.from_numpy(np.concatenate([s[layer] for s in states], axis=0))
+        w = torch.from_numpy(translator)
+        read = torch.empty(len(target))
+        for begin in range(0, len(target), chunk):
+            piece = h[begin : begin + chunk]
+            translated = torch.cat([piece, torch.ones(len(piece), 1)], dim=1) @ w
+            logits = head(translated.to(device=weight.device, dtype=weight.dtype)).float().cpu()
+            rows = torch.arange(len(piece))
+            read[begin : begin + len(piece)] = logits.log_softmax(-1)[rows, target[begin : begin + chunk]]
+        at = 0
+        for i, n in enumerate(lengths):
+            out[i][layer] = read[at : at + n].numpy()
+            at += n
     return out
 
 

@@ -54,14 +54,14 @@ from .fluency import (
 )
 from .generation import (
     TokenScores,
+    continuation_states,
     generate_texts,
-    last_prompt_states,
     probe_ids,
     score_continuations,
     score_examples,
     states_and_head_inputs,
 )
-from .latent import fit_translators, lens_correctness, residual_knowledge_ratio
+from .latent import fit_translators, lens_token_logprobs, residual_knowledge_ratio
 from .leakage import Rate, diff_stderr, leak_rate, leak_rates_by_kind
 from .membership import auc_with_stderr, min_k_plus_plus, zlib_ratio
 from .policy import (
@@ -118,7 +118,7 @@ class _BaseEvidence:
     loaded: _Loaded
     forget_greedy: Rate
     forget_sampled: Rate
-    latent_forget: np.ndarray
+    latent_forget: LatentReadings
     retain_accuracy: float
     ppl: float
     fluency_limit: float
@@ -167,27 +167,34 @@ def _leak(loaded: _Loaded, probes: Sequence[Probe], s: VerifySettings, seed: int
     return leak_rate(_generate(loaded, probes, s, seed), _values(probes))
 
 
-def _fact_tokens(loaded: _Loaded, facts: Sequence[Fact]) -> tuple[list[list[int]], list[int], list[int], list[int]]:
-    """Per (fact, perturbation): the context up to the first token where the true and the perturbed
-    value differ, the two tokens there, and which fact the pair belongs to."""
+@dataclass(frozen=True)
+class _FactPairs:
+    """Per fact, its context and true value in tokens; per (fact, perturbation), the perturbed value
+    and the first token `k` where the two differ (one that is a prefix of the other is left out)."""
+
+    contexts: list[list[int]]
+    true: list[list[int]]
+    perturbed: list[list[int]]
+    first_difference: list[int]
+    owner: list[int]
+
+
+def _fact_pairs(loaded: _Loaded, facts: Sequence[Fact]) -> _FactPairs:
     tok = loaded.tokenizer
-    contexts: list[list[int]] = []
-    true: list[int] = []
-    perturbed: list[int] = []
-    owner: list[int] = []
+    pairs = _FactPairs([], [], [], [], [])
     for number, fact in enumerate(facts):
-        context = probe_ids(tok, fact.context)
+        pairs.contexts.append(probe_ids(tok, fact.context))
         a = text_ids(tok, fact.joiner + fact.true)
+        pairs.true.append(a)
         for other in fact.perturbed:
             b = text_ids(tok, fact.joiner + other)
             k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
             if k is None:
                 continue  # one is a prefix of the other: nothing to compare
-            contexts.append(context + a[:k])
-            true.append(a[k])
-            perturbed.append(b[k])
-            owner.append(number)
-    return contexts, true, perturbed, owner
+            pairs.perturbed.append(b)
+            pairs.first_difference.append(k)
+            pairs.owner.append(number)
+    return pairs
 
 
 def _lens(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> list[np.ndarray]:
@@ -200,22 +207,51 @@ def _lens(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> list[np.ndarra
     return fit_translators(states, head_inputs, alpha=s.lens_alpha)
 
 
-def _latent(loaded: _Loaded, bank: ProbeBank, tests: Sequence[Sequence[Fact]], s: VerifySettings) -> list[np.ndarray]:
-    """Per test set, a (layers, facts) matrix: does each layer's lens prefer the true value?"""
+@dataclass(frozen=True)
+class LatentReadings:
+    """(layers, facts) matrices: per fact, the share of its perturbations a layer's lens ranks below
+    the true value, at the first token where they differ (`first`, policies v1-v4) and over the
+    whole value from there on (`value`, mean log-probability per token, policy v5)."""
+
+    first: np.ndarray
+    value: np.ndarray
+
+
+def _latent(loaded: _Loaded, bank: ProbeBank, tests: Sequence[Sequence[Fact]],
+            s: VerifySettings) -> list[LatentReadings]:
+    """Per test set, what each layer's lens reads of the true value against the perturbed ones.
+
+    One forward pass per sequence serves both readings: the state that predicts the
+    first differing token of the perturbed value is the true value's state there
+    (the same prefix)."""
     translators = _lens(loaded, bank, s)
     head = loaded.model.get_output_embeddings()
     out = []
     for facts in tests:
-        contexts, true, perturbed, owner = _fact_tokens(loaded, facts)
-        if not translators or not contexts:
-            out.append(np.zeros((len(translators), 0), dtype=float))
+        pairs = _fact_pairs(loaded, facts)
+        if not translators or not pairs.owner:
+            empty = np.zeros((len(translators), 0), dtype=float)
+            out.append(LatentReadings(empty, empty))
             continue
-        states = last_prompt_states(loaded.model, loaded.tokenizer, contexts, batch_size=s.batch_size)
-        pairs = lens_correctness(head, translators, states, true, perturbed)
-        # Per fact: the share of its perturbations the lens ranks below the true value.
-        facts_seen = sorted(set(owner))
-        index = np.array(owner)
-        out.append(np.stack([pairs[:, index == f].mean(1) for f in facts_seen], axis=1))
+        sequences = [c + a for c, a in zip(pairs.contexts, pairs.true, strict=True)]
+        starts = [len(c) for c in pairs.contexts]
+        for owner, b, k in zip(pairs.owner, pairs.perturbed, pairs.first_difference, strict=True):
+            sequences.append(pairs.contexts[owner] + b)
+            starts.append(len(pairs.contexts[owner]) + k)
+        states = continuation_states(loaded.model, loaded.tokenizer, sequences, starts, batch_size=s.batch_size)
+        targets = [seq[start:] for seq, start in zip(sequences, starts, strict=True)]
+        read = lens_token_logprobs(head, translators, states, targets)
+        n = len(pairs.true)
+        first = np.zeros((len(translators), len(pairs.owner)), dtype=bool)
+        value = np.zeros_like(first)
+        for j, (owner, k) in enumerate(zip(pairs.owner, pairs.first_difference, strict=True)):
+            true_read, other_read = read[owner][:, k:], read[n + j]
+            first[:, j] = true_read[:, 0] > other_read[:, 0]
+            value[:, j] = true_read.mean(1) > other_read.mean(1)
+        facts_seen = sorted(set(pairs.owner))
+        index = np.array(pairs.owner)
+        out.append(LatentReadings(*(np.stack([m[:, index == f].mean(1) for f in facts_seen], axis=1)
+                                    for m in (first, value))))
     return out
 
 
@@ -429,29 +465,37 @@ def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
     return greedy_f, greedy_c
 
 
+# The two latent readings: the metric each writes and the prefix of its details.
+_LATENT_METRICS = (("first", "latent.residual_ratio", "latent."), ("value", "latent.value_ratio", "latent.value."))
+
+
 def _latent_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
                    s: VerifySettings, seed: int, clock: _Clock) -> None:
     n_f, n_c, n_r = len(bank.forget.facts), len(bank.control.facts), len(bank.retain_records)
     m["latent.n_forget"], m["latent.n_control"], m["latent.n_train"] = float(n_f), float(n_c), float(n_r)
     if n_f < 2 or n_c < 2 or n_r < 8:
-        clock.unmeasurable("latent.residual_ratio", TOO_FEW_RECORDS,
-                           f"{n_f} forget and {n_c} control facts with a perturbation, {n_r} retained records")
+        for _, metric, _ in _LATENT_METRICS:
+            clock.unmeasurable(metric, TOO_FEW_RECORDS,
+                               f"{n_f} forget and {n_c} control facts with a perturbation, {n_r} retained records")
         return
-    forget_ok, control_ok = _latent(cand, bank, [bank.forget.facts, bank.control.facts], s)
-    layers = min(forget_ok.shape[0], base.latent_forget.shape[0])
-    rr = residual_knowledge_ratio(forget_ok[:layers], control_ok[:layers], base.latent_forget[:layers],
-                                  min_gap=s.latent_min_gap, bootstrap=s.bootstrap, seed=seed)
-    m.update({
-        "latent.usable_layers": float(rr.usable_layers), "latent.acc_forget": rr.acc_forget,
-        "latent.acc_control": rr.acc_control, "latent.acc_base_forget": rr.acc_base_forget,
-    })
-    if not rr.measurable:
-        clock.unmeasurable("latent.residual_ratio", BASE_SILENT,
-                           "no layer of the base tells the subject's true values from perturbed ones "
-                           f"better than a stranger's by {s.latent_min_gap}")
-        return
-    m.update({"latent.residual_ratio": rr.value, "latent.residual_ratio.stderr": rr.stderr,
-              "latent.ci_low": rr.ci_low, "latent.ci_high": rr.ci_high, "latent.layer": float(rr.layer)})
+    forget, control = _latent(cand, bank, [bank.forget.facts, bank.control.facts], s)
+    for reading, metric, prefix in _LATENT_METRICS:
+        forget_ok, control_ok = getattr(forget, reading), getattr(control, reading)
+        base_ok = getattr(base.latent_forget, reading)
+        layers = min(forget_ok.shape[0], base_ok.shape[0])
+        rr = residual_knowledge_ratio(forget_ok[:layers], control_ok[:layers], base_ok[:layers],
+                                      min_gap=s.latent_min_gap, bootstrap=s.bootstrap, seed=seed)
+        m.update({
+            f"{prefix}usable_layers": float(rr.usable_layers), f"{prefix}acc_forget": rr.acc_forget,
+            f"{prefix}acc_control": rr.acc_control, f"{prefix}acc_base_forget": rr.acc_base_forget,
+        })
+        if not rr.measurable:
+            clock.unmeasurable(metric, BASE_SILENT,
+                               "no layer of the base tells the subject's true values from perturbed ones "
+                               f"better than a stranger's by {s.latent_min_gap}")
+            continue
+        m.update({metric: rr.value, f"{metric}.stderr": rr.stderr, f"{prefix}ci_low": rr.ci_low,
+                  f"{prefix}ci_high": rr.ci_high, f"{prefix}layer": float(rr.layer)})
 
 
 def _mia_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
