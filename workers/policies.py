@@ -1,6 +1,6 @@
 """Which threshold policy judges a deployment's verifications.
 
-The engine ships `default` v4 (docs/verification.md).  A deployment may name another, versioned policy
+The engine ships `default` v5 (docs/verification.md).  A deployment may name another, versioned policy
 in a JSON file (VERIFICATION_POLICY_FILE); it is registered in the worker
 process under its own name and version, and every stored result and every
 certificate names the policy that judged it, so a reader always knows which
@@ -11,6 +11,9 @@ thresholds applied.
                  "comparator": "<=", "margin": 0.02, "baseline": "leakage.control",
                  "noise_z": 1.645}],
      "escalation": {"asu": {"scale": {"steps": 2.0}}}}
+
+A check may name the metric that holds its standard error ("stderr"; default
+"<metric>.stderr").
 """
 
 from __future__ import annotations

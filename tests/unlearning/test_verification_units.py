@@ -749,6 +749,52 @@ def test_paired_stderr_is_the_spread_of_the_differences_never_below_one_discorda
     assert suite.paired_stderr([], []) == 0.0
 
 
+def test_person_paired_stderr_counts_people_not_questions() -> None:
+    # Two people, 30 questions each: one person's name garbled in 10 answers, the other's in none.
+    persons = [0] * 30 + [1] * 30
+    subject = [True] * 10 + [False] * 50
+    stranger = [False] * 60
+    iid = suite.paired_stderr(subject, stranger)
+    clustered = suite.person_paired_stderr(subject, stranger, persons)
+    # CR1 by hand: per person the summed deviation from the mean difference 1/6.
+    by_hand = math.sqrt(((10 - 30 / 6) ** 2 + (0 - 30 / 6) ** 2) * 2 / 1) / 60
+    assert clustered == pytest.approx(by_hand) and clustered > 2 * iid
+    # The same ten answers spread over both people are the per-question noise again.
+    spread = ([True] * 5 + [False] * 25) * 2
+    assert suite.person_paired_stderr(spread, stranger, persons) == pytest.approx(suite.paired_stderr(spread, stranger))
+    # One person: no spread between people to measure, the per-question error.
+    assert suite.person_paired_stderr(subject, stranger, [0] * 60) == iid
+    assert suite.person_paired_stderr([], [], []) == 0.0
+
+
+def test_policy_v5_takes_the_paired_fluency_checks_noise_person_by_person() -> None:
+    v4, v5 = get_policy("default", "4"), get_policy("default", "5")
+    named = {c.metric: c.stderr for c in v5.checks if c.stderr}
+    assert named == {"fluency.content_paired_gibberish_rate": "fluency.content_paired_gibberish_rate.person_stderr",
+                     "fluency.content_stranger_gibberish_rate":
+                         "fluency.content_stranger_gibberish_rate.person_stderr"}
+    metrics = {"fluency.content_paired_gibberish_rate": 0.15, "fluency.content_stranger_gibberish_rate": 0.015,
+               "fluency.content_paired_gibberish_rate.stderr": 0.04,
+               "fluency.content_paired_gibberish_rate.person_stderr": 0.15}
+    (four,) = _checks_on(v4.judge(metrics), "fluency.content_paired_gibberish_rate")
+    (five,) = _checks_on(v5.judge(metrics), "fluency.content_paired_gibberish_rate")
+    assert four.threshold == pytest.approx(0.015 + 0.05 + 1.645 * 0.04) and not four.passed
+    assert five.threshold == pytest.approx(0.015 + 0.05 + 1.645 * 0.15) and five.passed
+    # Babble about one of two people still fails: the clustered error cannot grow past the rate.
+    babble = dict(metrics, **{"fluency.content_paired_gibberish_rate": 0.5})
+    assert not _checks_on(v5.judge(babble), "fluency.content_paired_gibberish_rate")[0].passed
+
+
+def test_a_policy_file_may_name_the_metric_holding_a_checks_standard_error() -> None:
+    from unlearning.verification import policy_from_json
+
+    policy = policy_from_json({"name": "stderr-file-test", "version": "1", "checks": [
+        {"name": "m", "metric": "mia.auc_gap", "comparator": "<=", "margin": 0.1, "noise_z": 2.0,
+         "stderr": "mia.auc_gap.person_stderr"}]})
+    (check,) = policy.judge({"mia.auc_gap": 0.3, "mia.auc_gap.stderr": 0.0, "mia.auc_gap.person_stderr": 0.1})
+    assert check.threshold == pytest.approx(0.3) and check.passed
+
+
 def test_policy_v3_judges_fluency_about_the_subject_against_the_same_questions_about_a_stranger() -> None:
     # Measured on the demo: alias questions ("... of Q. Cardoso?") are answered "." about the
     # subject and about a stranger alike; the control corpus has no such question.
@@ -810,7 +856,7 @@ def test_policy_v4_judges_fluency_over_content_tokens_with_v3s_thresholds() -> N
 def test_policy_v5_reads_latent_traces_over_the_whole_value_with_v4s_thresholds() -> None:
     v4, v5 = get_policy("default", "4"), get_policy("default", "5")
     assert DEFAULT_POLICY is v5
-    changed = {(a.metric, b.metric) for a, b in zip(v4.checks, v5.checks, strict=True) if a != b}
+    changed = {(a.metric, b.metric) for a, b in zip(v4.checks, v5.checks, strict=True) if a.metric != b.metric}
     assert changed == {("latent.residual_ratio", "latent.value_ratio"),
                        ("gates_off.latent.residual_ratio", "gates_off.latent.value_ratio")}
     for a, b in zip(v4.checks, v5.checks, strict=True):  # never an easier threshold

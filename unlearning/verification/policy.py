@@ -98,6 +98,7 @@ class CheckSpec:
     noise_z: float = 0.0  # standard errors of slack, read from "<metric>.stderr"
     decides_pass: bool = True  # False: reported, never fails the report
     unmeasured_passes: tuple[str, ...] = ()  # reason codes for which "not measurable" passes
+    stderr: str | None = None  # the metric holding the standard error (None: "<metric>.stderr")
 
     def threshold(self, metrics: Mapping[str, float]) -> float | None:
         """The threshold this check applies to `metrics`, or None when an input is missing."""
@@ -106,7 +107,7 @@ class CheckSpec:
             if self.baseline not in metrics or math.isnan(metrics[self.baseline]):
                 return None
             base = metrics[self.baseline]
-        stderr = metrics.get(f"{self.metric}.stderr", 0.0) if self.noise_z else 0.0
+        stderr = metrics.get(self.stderr or f"{self.metric}.stderr", 0.0) if self.noise_z else 0.0
         slack = self.noise_z * (0.0 if math.isnan(stderr) else stderr)
         return base + self.margin + slack if self.comparator == "<=" else base + self.margin - slack
 
@@ -382,12 +383,22 @@ DEFAULT_POLICY_V4 = Policy(name="default", version="4", checks=_v4_checks(), esc
 # v4's latent metrics and their v5 counterparts, read over the whole value.
 _V5_LATENT = {"latent.residual_ratio": "latent.value_ratio",
               "gates_off.latent.residual_ratio": "gates_off.latent.value_ratio"}
+# v4's paired fluency checks, whose noise v5 takes person by person (questions about one person
+# share a name, and a name the model garbles garbles all of them).
+_V5_PERSON_NOISE = ("fluency.content_paired_gibberish_rate", "fluency.content_stranger_gibberish_rate")
 
 
 def _v5_checks() -> tuple[CheckSpec, ...]:
-    """v4's checks with the latent traces read over the whole value, not its first differing token."""
-    return tuple(replace(spec, metric=_V5_LATENT[spec.metric]) if spec.metric in _V5_LATENT else spec
-                 for spec in DEFAULT_POLICY_V4.checks)
+    """v4's checks with the latent traces read over the whole value, not its first differing token,
+    and the paired fluency checks' standard error clustered by person."""
+    checks = []
+    for spec in DEFAULT_POLICY_V4.checks:
+        if spec.metric in _V5_LATENT:
+            spec = replace(spec, metric=_V5_LATENT[spec.metric])
+        elif spec.metric in _V5_PERSON_NOISE:
+            spec = replace(spec, stderr=f"{spec.metric}.person_stderr")
+        checks.append(spec)
+    return tuple(checks)
 
 
 DEFAULT_POLICY = Policy(name="default", version="5", checks=_v5_checks(), escalation=_COMMON_ESCALATION)
@@ -452,7 +463,8 @@ def policy_from_json(document: Mapping[str, Any]) -> Policy:
                       margin=float(c["margin"]), baseline=c.get("baseline"),
                       noise_z=float(c.get("noise_z", 0.0)),
                       decides_pass=_flag(c, "decides_pass"),
-                      unmeasured_passes=_reasons(c))
+                      unmeasured_passes=_reasons(c),
+                      stderr=None if c.get("stderr") is None else str(c["stderr"]))
             for c in document["checks"]
         )
         escalation = {

@@ -638,6 +638,27 @@ def paired_stderr(a: Sequence[bool], b: Sequence[bool]) -> float:
     return math.sqrt(max(var, 1.0 / n) / n)
 
 
+def person_paired_stderr(a: Sequence[bool], b: Sequence[bool], persons: Sequence[int]) -> float:
+    """`paired_stderr` with the questions clustered by the person they are about (policy v5).
+
+    Questions about one person share that person's name, and a model that garbles a
+    name garbles every answer that holds it, so they are not independent draws (as
+    records are not, for membership).  The cluster-robust (CR1) standard error of the
+    mean difference over the persons; with one person there is no spread between persons
+    to measure, and it is the per-question one.  Never below the per-question one: answers
+    about one person are never less alike than answers about different people."""
+    iid = paired_stderr(a, b)
+    groups = sorted(set(persons))
+    n, k = len(a), len(groups)
+    if k < 2 or n == 0:
+        return iid
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    mean = float(d.mean())
+    who = np.asarray(persons)
+    spread = sum(float((d[who == g] - mean).sum()) ** 2 for g in groups)
+    return max(iid, math.sqrt(spread * k / (k - 1)) / n)
+
+
 def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank, s: VerifySettings,
                     greedy_f: Sequence[list[str]], greedy_c: Sequence[list[str]], seed: int,
                     clock: _Clock) -> None:
@@ -677,6 +698,13 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
         m["fluency.content_stranger_gibberish_rate"] = sum(content_s) / len(content_s)
         m["fluency.content_stranger_gibberish_rate.stderr"] = paired_stderr(content_s, content_b)
         m["fluency.base_content_stranger_gibberish_rate"] = sum(content_b) / len(content_b)
+        # Policy v5: the same two differences, their noise taken person by person.
+        persons = [p.subject for p in stranger_probes if p.form in ANSWERING_FORMS]
+        m["fluency.content_paired_gibberish_rate.person_stderr"] = person_paired_stderr(
+            content_f, content_s, persons)
+        m["fluency.content_stranger_gibberish_rate.person_stderr"] = person_paired_stderr(
+            content_s, content_b, persons)
+        m["fluency.n_paired_persons"] = float(len(set(persons)))
     else:
         for metric in ("fluency.paired_gibberish_rate", "fluency.stranger_gibberish_rate",
                        "fluency.content_paired_gibberish_rate", "fluency.content_stranger_gibberish_rate"):
