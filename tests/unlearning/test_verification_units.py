@@ -174,8 +174,8 @@ def test_policy_v2_bounds_latent_traces_from_both_sides() -> None:
     verdicts = {}
     for label, forget in rows.items():
         rr = residual_knowledge_ratio(forget, control, base, bootstrap=50, seed=0)
-        metrics = {"latent.value_ratio": rr.value, "latent.value_ratio.stderr": rr.stderr}
-        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY.judge(metrics), "latent.value_ratio")]
+        metrics = {"latent.paired_ratio": rr.value, "latent.paired_ratio.stderr": rr.stderr}
+        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY.judge(metrics), "latent.paired_ratio")]
     assert verdicts["kept"] == [False, True]  # upper bound fails
     assert verdicts["like a stranger"] == [True, True]
     assert verdicts["below strangers"] == [True, False]  # lower bound fails
@@ -310,7 +310,7 @@ def test_membership_without_spans_or_with_too_few_strangers_is_unmeasured_with_a
 def test_an_unmeasured_metric_passes_only_for_the_reasons_its_check_accepts() -> None:
     latent = "latent residual knowledge"
     for reason, passes in ((BASE_SILENT, True), (TOO_FEW_RECORDS, False), (NOT_COMPUTED, False)):
-        result = _by_name(DEFAULT_POLICY.judge({}, {"latent.value_ratio": reason}))[latent]
+        result = _by_name(DEFAULT_POLICY.judge({}, {"latent.paired_ratio": reason}))[latent]
         assert (result.status, result.value, result.threshold) == ("unmeasured", None, None)
         assert result.passed is passes
         assert result.rule == f"{reason}: {'passes' if passes else 'fails'}"
@@ -338,11 +338,12 @@ def test_a_missing_metric_is_skipped_for_bare_metrics_and_failed_when_the_suite_
 
 
 def _latent_bank(n_forget: int, n_control: int) -> SimpleNamespace:
-    """What `_latent_family` counts: facts on each side and retained records for the lens."""
+    """What `_latent_family` counts: facts on each side (the subject's facts about strangers as
+    many as theirs) and retained records for the lens."""
     fact = SimpleNamespace()
     return SimpleNamespace(
         forget=SimpleNamespace(facts=(fact,) * n_forget), control=SimpleNamespace(facts=(fact,) * n_control),
-        retain_records=(object(),) * 20)
+        latent_strangers=(fact,) * n_forget, retain_records=(object(),) * 20)
 
 
 def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,7 +352,7 @@ def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch
     chance = np.vstack([np.zeros(8, bool), np.arange(8) % 2 == 0])
     silent_base = suite.LatentReadings(silent, silent)
     monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [
-        silent_base, suite.LatentReadings(chance, chance)])
+        silent_base, suite.LatentReadings(chance, chance), suite.LatentReadings(silent, silent)])
     bank = _latent_bank(6, 8)
     metrics: dict[str, float] = {}
     clock = suite._Clock(None, "gates_off.")  # type: ignore[arg-type]
@@ -359,26 +360,30 @@ def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch
     assert "latent.residual_ratio" not in metrics and metrics["latent.usable_layers"] == 0
     assert "latent.value_ratio" not in metrics and metrics["latent.value.usable_layers"] == 0
     assert clock.unmeasured == {"gates_off.latent.residual_ratio": BASE_SILENT,
-                                "gates_off.latent.value_ratio": BASE_SILENT}
+                                "gates_off.latent.value_ratio": BASE_SILENT,
+                                "gates_off.latent.paired_ratio": BASE_SILENT}
     results = _by_name(DEFAULT_POLICY.judge({}, clock.unmeasured))
     assert results["latent traces with gates off"].passed  # nothing the check could find
 
     bank = _latent_bank(1, 8)  # one forget fact: too few to measure, and that fails
     metrics, clock = {}, suite._Clock(None, "")  # type: ignore[arg-type]
     suite._latent_family(metrics, None, SimpleNamespace(latent_forget=silent_base), bank, s, 0, clock)
-    assert clock.unmeasured == {"latent.residual_ratio": TOO_FEW_RECORDS, "latent.value_ratio": TOO_FEW_RECORDS}
+    assert clock.unmeasured == {"latent.residual_ratio": TOO_FEW_RECORDS, "latent.value_ratio": TOO_FEW_RECORDS,
+                                "latent.paired_ratio": TOO_FEW_RECORDS}
     assert not _by_name(DEFAULT_POLICY.judge(metrics, clock.unmeasured))["latent residual knowledge"].passed
 
 
-def test_the_latent_family_reads_both_ways_from_the_same_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_latent_family_reads_every_way_from_the_same_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first-token and the whole-value reading are separate metrics of one pass: a value whose
-    first token alone is still preferred reads as known by the first and not by the second."""
+    first token alone is still preferred reads as known by the first and not by the second; the
+    whole value is judged against control people and against the subject's facts about strangers."""
     s = VerifySettings(bootstrap=20)
     knows = np.vstack([np.zeros(6), np.ones(6)])
     half = np.vstack([np.zeros(6), np.full(6, 0.5)])
     chance = np.vstack([np.zeros(8), np.full(8, 0.5)])
+    rare = np.vstack([np.zeros(6), np.full(6, 0.25)])  # the same values asked about strangers
     monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [
-        suite.LatentReadings(knows, half), suite.LatentReadings(chance, chance)])
+        suite.LatentReadings(knows, half), suite.LatentReadings(chance, chance), suite.LatentReadings(rare, rare)])
     metrics: dict[str, float] = {}
     clock = suite._Clock(None, "")  # type: ignore[arg-type]
     suite._latent_family(metrics, None, SimpleNamespace(latent_forget=suite.LatentReadings(knows, knows)),
@@ -386,6 +391,9 @@ def test_the_latent_family_reads_both_ways_from_the_same_facts(monkeypatch: pyte
     assert metrics["latent.residual_ratio"] == pytest.approx(1.0)
     assert metrics["latent.value_ratio"] == pytest.approx(0.0)
     assert metrics["latent.value.acc_forget"] == pytest.approx(0.5) and not clock.unmeasured
+    # Against the subject's own values asked about strangers (rarely preferred: unpopular values),
+    # the same 0.5 is above what a stranger gets: (0.5 - 0.25) / (1 - 0.25).
+    assert metrics["latent.paired_ratio"] == pytest.approx(1 / 3)
 
 
 # ---------------------------------------------------------------- policies and their documents
@@ -397,7 +405,7 @@ def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() ->
     assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") == v1
     assert get_policy("strict-test") == v2 != v1
-    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "5"
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "6"
     assert get_policy("default", "1").version == "1"
     with pytest.raises(ValueError, match="already exists"):
         register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
@@ -522,7 +530,7 @@ def test_a_relearning_failure_turns_on_the_refreshed_teacher_with_anchored_stran
 def _report(**changes: Any) -> Report:
     metrics = {"leakage.forget": 0.25, "leakage.control": 0.0, "leakage.forget.stderr": 0.05,
                "utility.ppl_ratio": 1.125, "mia.auc_gap": 0.03125, "mia.auc_gap.stderr": 0.0625}
-    unmeasured = {"latent.value_ratio": BASE_SILENT}
+    unmeasured = {"latent.paired_ratio": BASE_SILENT}
     checks = tuple(DEFAULT_POLICY.judge(metrics, unmeasured))
     fields: dict[str, Any] = dict(
         metrics=metrics, checks=checks, policy=DEFAULT_POLICY.to_json(), guarantee="weights",
@@ -539,7 +547,7 @@ def test_a_report_survives_its_json_round_trip() -> None:
     back = Report.from_json(data)
     assert back.to_json() == report.to_json()
     assert back.checks == report.checks  # status and rule of unmeasured checks included
-    assert back.unmeasured == {"latent.value_ratio": BASE_SILENT}
+    assert back.unmeasured == {"latent.paired_ratio": BASE_SILENT}
     assert back.failed_checks == report.failed_checks and back.failed_checks
     assert not back.passed
     latent = _by_name(list(back.checks))["latent residual knowledge"]
@@ -853,9 +861,25 @@ def test_policy_v4_judges_fluency_over_content_tokens_with_v3s_thresholds() -> N
     assert "fluency.paired_gibberish_rate" not in judged  # v3's metric does not decide v4
 
 
+def test_policy_v6_judges_latent_traces_against_the_subjects_own_values_about_strangers() -> None:
+    v5, v6 = get_policy("default", "5"), get_policy("default", "6")
+    assert DEFAULT_POLICY is v6
+    changed = {(a.metric, b.metric) for a, b in zip(v5.checks, v6.checks, strict=True) if a != b}
+    assert changed == {("latent.value_ratio", "latent.paired_ratio"),
+                       ("gates_off.latent.value_ratio", "gates_off.latent.paired_ratio")}
+    for a, b in zip(v5.checks, v6.checks, strict=True):  # never an easier threshold
+        assert (a.name, a.comparator, a.margin, a.noise_z, a.decides_pass, a.unmeasured_passes, a.stderr) == (
+            b.name, b.comparator, b.margin, b.noise_z, b.decides_pass, b.unmeasured_passes, b.stderr)
+    # A person whose values are rare reads below the control people to a model that never saw
+    # them (v5 fails it), and like the strangers asked the same questions (v6 passes it).
+    rare = {"latent.value_ratio": -0.9, "latent.value_ratio.stderr": 0.1,
+            "latent.paired_ratio": 0.1, "latent.paired_ratio.stderr": 0.1}
+    assert not all(c.passed for c in v5.judge(rare) if c.metric.startswith("latent."))
+    assert all(c.passed for c in v6.judge(rare) if c.metric.startswith("latent."))
+
+
 def test_policy_v5_reads_latent_traces_over_the_whole_value_with_v4s_thresholds() -> None:
     v4, v5 = get_policy("default", "4"), get_policy("default", "5")
-    assert DEFAULT_POLICY is v5
     changed = {(a.metric, b.metric) for a, b in zip(v4.checks, v5.checks, strict=True) if a.metric != b.metric}
     assert changed == {("latent.residual_ratio", "latent.value_ratio"),
                        ("gates_off.latent.residual_ratio", "gates_off.latent.value_ratio")}
@@ -939,6 +963,17 @@ def test_a_control_corpus_is_read_in_either_layout(tiny_corpus_dir: Path, tiny_s
     forget_ids = {r.id for r in tiny_sets.forget}
     assert not forget_ids & {p.record_id for p in bank.retain}  # utility never asks about the subject
     assert not forget_ids & {r.id for r in bank.retain_records}
+    # The latent null of policy v6: the subject's own facts asked about strangers, whatever the
+    # control people are; a value that is not who it is about keeps its perturbations.
+    subject_names = {tiny_sets.subjects[0].name, *tiny_sets.subjects[0].aliases}
+    assert bank.latent_strangers and all(f.person.startswith("stranger-") for f in bank.latent_strangers)
+    assert not any(n in f.context.prompt for f in bank.latent_strangers for n in subject_names)
+    theirs = {(f.true, f.perturbed) for f in bank.latent_strangers}
+    shared = [f for f in bank.forget.facts if (f.true, f.perturbed) in theirs]
+    assert len(shared) >= len(bank.forget.facts) // 2
+    counterfactual, _ = build_bank(tiny_sets, control=None, corpus=None, heldout=None, settings=VerifySettings(),
+                                   seed=0)
+    assert counterfactual.latent_strangers == counterfactual.control.facts
 
 
 def test_questions_about_names_in_scripts_without_case_share_a_slot() -> None:

@@ -97,6 +97,9 @@ class ProbeBank:
     # the subject as an answer about a stranger (the base model knows the subject's facts, so
     # anything else would look implausible to it for that reason alone).
     stranger_maps: tuple[dict[str, str], ...] = ()
+    # The subject's own facts asked about strangers (the same values, the same perturbations):
+    # the latent check's null in policy v6, where a value's popularity in the corpus cancels.
+    latent_strangers: tuple[Fact, ...] = ()
 
     def stranger_probes(self) -> tuple[Probe, ...]:
         """Each forget probe asked about its stranger (`stranger_maps`): the subject's own
@@ -406,6 +409,12 @@ def build_bank(
                        tuple(str(_subject_index(sets, r)) for r in forget_records))
     control_side = Side(control_side.records, control_side.spans, control_side.probes,
                         _facts(control_groups, pool, seed, frequencies))
+    if kind == COUNTERFACTUAL:  # the controls are the subject's facts about strangers already
+        latent_strangers = control_side.facts
+    else:
+        _, latent_groups = counterfactual_side(sets, forget_records, (), names_from=retain_pool, seed=seed,
+                                               variants=1, purpose="latent", tokenizer=tokenizer)
+        latent_strangers = _facts(latent_groups, pool, seed, frequencies)
 
     if heldout is not None and Path(heldout).is_file():
         texts = load_heldout(heldout, max_texts=s.max_heldout)
@@ -416,7 +425,7 @@ def build_bank(
         forget=forget_side, control=control_side, strangers=strangers, retain=retain_probes,
         retain_records=tuple(_sample(retain_pool, s.max_lens_records, f"{seed}:lens")),
         stranger_maps=tuple(stranger_maps),
-        heldout_texts=texts, control_source=source, control_kind=kind,
+        heldout_texts=texts, control_source=source, control_kind=kind, latent_strangers=latent_strangers,
     )
     return bank, notes
 

@@ -401,11 +401,26 @@ def _v5_checks() -> tuple[CheckSpec, ...]:
     return tuple(checks)
 
 
-DEFAULT_POLICY = Policy(name="default", version="5", checks=_v5_checks(), escalation=_COMMON_ESCALATION)
+DEFAULT_POLICY_V5 = Policy(name="default", version="5", checks=_v5_checks(), escalation=_COMMON_ESCALATION)
+
+# v5's latent metrics and their v6 counterparts: the same reading against the subject's own facts
+# asked about strangers.
+_V6_LATENT = {"latent.value_ratio": "latent.paired_ratio",
+              "gates_off.latent.value_ratio": "gates_off.latent.paired_ratio"}
+
+
+def _v6_checks() -> tuple[CheckSpec, ...]:
+    """v5's checks with the latent traces judged against the subject's own facts about strangers."""
+    return tuple(replace(spec, metric=_V6_LATENT[spec.metric]) if spec.metric in _V6_LATENT else spec
+                 for spec in DEFAULT_POLICY_V5.checks)
+
+
+DEFAULT_POLICY = Policy(name="default", version="6", checks=_v6_checks(), escalation=_COMMON_ESCALATION)
 
 _REGISTRY: dict[tuple[str, str], Policy] = {
     (p.name, p.version): p
-    for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY_V3, DEFAULT_POLICY_V4, DEFAULT_POLICY)
+    for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY_V3, DEFAULT_POLICY_V4, DEFAULT_POLICY_V5,
+              DEFAULT_POLICY)
 }
 
 

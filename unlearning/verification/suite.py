@@ -465,22 +465,32 @@ def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
     return greedy_f, greedy_c
 
 
-# The two latent readings: the metric each writes and the prefix of its details.
-_LATENT_METRICS = (("first", "latent.residual_ratio", "latent."), ("value", "latent.value_ratio", "latent.value."))
+# The latent readings: which reading, against which null (the control people's facts, or the
+# subject's own facts asked about strangers), the metric each writes and the prefix of its details.
+_LATENT_METRICS = (("first", "control", "latent.residual_ratio", "latent."),
+                   ("value", "control", "latent.value_ratio", "latent.value."),
+                   ("value", "strangers", "latent.paired_ratio", "latent.paired."))
 
 
 def _latent_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
                    s: VerifySettings, seed: int, clock: _Clock) -> None:
     n_f, n_c, n_r = len(bank.forget.facts), len(bank.control.facts), len(bank.retain_records)
     m["latent.n_forget"], m["latent.n_control"], m["latent.n_train"] = float(n_f), float(n_c), float(n_r)
+    n_s = len(bank.latent_strangers)
+    m["latent.n_strangers"] = float(n_s)
     if n_f < 2 or n_c < 2 or n_r < 8:
-        for _, metric, _ in _LATENT_METRICS:
+        for _, _, metric, _ in _LATENT_METRICS:
             clock.unmeasurable(metric, TOO_FEW_RECORDS,
                                f"{n_f} forget and {n_c} control facts with a perturbation, {n_r} retained records")
         return
-    forget, control = _latent(cand, bank, [bank.forget.facts, bank.control.facts], s)
-    for reading, metric, prefix in _LATENT_METRICS:
-        forget_ok, control_ok = getattr(forget, reading), getattr(control, reading)
+    forget, control, strangers = _latent(cand, bank, [bank.forget.facts, bank.control.facts,
+                                                      bank.latent_strangers], s)
+    nulls = {"control": control, "strangers": strangers}
+    for reading, null, metric, prefix in _LATENT_METRICS:
+        if null == "strangers" and n_s < 2:
+            clock.unmeasurable(metric, TOO_FEW_RECORDS, f"{n_s} of the subject's facts asked about strangers")
+            continue
+        forget_ok, control_ok = getattr(forget, reading), getattr(nulls[null], reading)
         base_ok = getattr(base.latent_forget, reading)
         layers = min(forget_ok.shape[0], base_ok.shape[0])
         rr = residual_knowledge_ratio(forget_ok[:layers], control_ok[:layers], base_ok[:layers],
