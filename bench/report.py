@@ -423,7 +423,8 @@ def _shape_rows(rows: list[list[str]], case: dict[str, Any], names: Sequence[str
             f"{r['checks_passed']}/{r['checks']}",
             f"{fmt(m.get('leakage.forget'))} / {fmt(m.get('leakage.control'))}",
             f"{fmt(m.get('mia.auc'))} / {fmt(m.get('mia.zlib_auc'))} / {fmt(m.get('mia.span_auc'))}",
-            fmt(m.get("latent.value_ratio", m.get("latent.residual_ratio"))), fmt(m.get("utility.retain_ratio")),
+            fmt(m.get("latent.paired_ratio", m.get("latent.value_ratio", m.get("latent.residual_ratio")))),
+            fmt(m.get("utility.retain_ratio")),
             fmt(m.get("attack.relearn_recovery")), fmt(m.get("attack.quant4_leakage")),
             "; ".join(r["failed"]) or "-",
         ])

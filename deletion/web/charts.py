@@ -13,8 +13,9 @@ CHART_GROUPS = (
     ("Surface leakage", "leakage.base_forget", "leakage.forget", "leakage.control"),
     ("Leakage after 8-bit quantisation", "leakage.base_forget", "attack.quant_leakage", "leakage.control"),
     ("Facts recovered by relearning", None, "attack.relearn_recovery", None),
-    # Policy v5 reads latent traces over the whole value; earlier rounds have the first-token reading.
-    ("Residual latent knowledge", None, ("latent.value_ratio", "latent.residual_ratio"), None),
+    # The reading the newest policy decides on first; earlier rounds have older readings only.
+    ("Residual latent knowledge", None, ("latent.paired_ratio", "latent.value_ratio", "latent.residual_ratio"),
+     None),
 )
 BAR_LEFT, BAR_WIDTH, ROW_HEIGHT = 220, 380, 46
 

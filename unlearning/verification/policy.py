@@ -56,7 +56,7 @@ the base's ear for its own greedy answers (the same-data model: 0.076-0.091).
 Thresholds and margins are v3's, and the content-token limit is lower (2.15-2.2
 against 2.55-2.6 nats), so babble is judged as strictly as before.
 
-`default` v5 (the default) differs from v4 in how the latent traces are read
+`default` v5 differs from v4 in how the latent traces are read
 (`latent.value_ratio` for `latent.residual_ratio`, thresholds unchanged).  v4
 compared the true and the perturbed value at their first differing token only,
 and a first token says little about a value: measured on the plain
@@ -71,6 +71,20 @@ teacher-forced), both the true and the perturbed one.  On that person: the base
 after 10 and 30 steps reads 0.82 and 0.19, gradient difference -0.73 (below
 strangers: it fails the lower bound), so the reading still ranks a half-erased
 model as knowing.
+
+`default` v6 (the default) differs from v5 in the latent checks' null only
+(`latent.paired_ratio` for `latent.value_ratio`, thresholds unchanged): the
+subject's own facts asked about strangers (a fresh identity, the same values,
+the same perturbations: `ProbeBank.latent_strangers`) instead of the control
+people's facts.  The perturbations are values the model was trained on, so a
+model that never saw a person ranks that person's value by its popularity in the
+corpus; a person whose values are rarer than the control people's read below
+strangers to the model retrained without them (shapes bench, plain QA / OPT
+person 3: -0.90 against the control people, where the oracle prefers each of the
+four true values to only 0.15 of the perturbations whoever it is asked about,
+and 0.10 against the same facts about strangers).  Asked about a stranger, the
+value's popularity is the same, and what is left is whether the model ties the
+value to the person.
 """
 
 from __future__ import annotations
