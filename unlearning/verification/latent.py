@@ -10,9 +10,12 @@ head, on retained people's text (which the model should still know), and the
 output head then reads a next-token distribution from that layer.  A fact is a
 context and two continuations, the true value and a perturbed one (a given
 perturbed answer, else another person's value of the same kind: a value
-swap); at the first token where they differ, the layer is *correct* when its
-lens gives the true token more probability than the perturbed one.  Tested on
-the subject's facts and on control people's (never seen: chance, 0.5).
+swap).  From the first token where they differ, each value is fed to the model
+(teacher-forced) and the layer is *correct* when its lens gives the true value
+the higher mean log-probability per token (`lens_token_logprobs`; policies up
+to v4 compared the first differing token alone).  Tested on the subject's facts
+and on a null that never saw them (chance, 0.5): the same facts asked about
+strangers (policy v6), or control people's facts (v5 and before).
 Reading intermediate layers is how Patil, Hase & Bansal (2023,
 arXiv:2309.17410) recover "deleted" facts that no longer reach the output;
 the lens is fitted afresh on the model under test and is independent of the

@@ -483,9 +483,11 @@ def _latent_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank
             clock.unmeasurable(metric, TOO_FEW_RECORDS,
                                f"{n_f} forget and {n_c} control facts with a perturbation, {n_r} retained records")
         return
-    forget, control, strangers = _latent(cand, bank, [bank.forget.facts, bank.control.facts,
-                                                      bank.latent_strangers], s)
-    nulls = {"control": control, "strangers": strangers}
+    # Without a control corpus the control facts are the subject's facts about strangers: read once.
+    same = bank.latent_strangers == bank.control.facts
+    tests = [bank.forget.facts, bank.control.facts] + ([] if same else [bank.latent_strangers])
+    forget, control, *rest = _latent(cand, bank, tests, s)
+    nulls = {"control": control, "strangers": control if same else rest[0]}
     for reading, null, metric, prefix in _LATENT_METRICS:
         if null == "strangers" and n_s < 2:
             clock.unmeasurable(metric, TOO_FEW_RECORDS, f"{n_s} of the subject's facts asked about strangers")
