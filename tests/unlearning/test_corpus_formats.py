@@ -172,3 +172,21 @@ def test_records_written_back_keep_their_digest_through_parquet() -> None:
     rows = table.to_pylist()
     assert rows[0]["meta"] == {"a": 1, "b": None}  # why columnar readers drop nulls
     assert formats._drop_nulls(rows[0]) == record.to_json()
+
+
+@pytest.mark.parametrize("block", [1, 7, 4096, 5000])
+@pytest.mark.parametrize("content", [
+    b"", b"\n", b'{"a": 1}', b'\xef\xbb\xbf{"a": 1}\n{"b": 2}', b'{"a": 1}\n\n  \t\n{"b": 2}\n',
+    b"x" * 9000 + b"\n" + b"y" * 3 + b"\n" + b"z" * 10000,  # lines longer than a window
+    b"\r\n".join(b'{"n": %d}' % i for i in range(3000)) + b"\r\n",
+])
+def test_mapped_windows_hold_the_lines_the_block_reader_reads(tmp_path: Path, content: bytes, block: int) -> None:
+    from unlearning.corpus import formats
+
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(content)
+    shard = formats.discover_shards(path)[0][0]
+    windows = [bytes(data[start:stop]) for data, start, stop in formats.jsonl_windows(shard, block=block)]
+    blocks = [data for _, data in formats.jsonl_blocks(shard, block=block)]
+    assert b"".join(windows) == b"".join(blocks) == content.removeprefix(b"\xef\xbb\xbf")
+    assert all(w.endswith(b"\n") for w in windows[:-1])  # whole lines only

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.scan_fixtures import SUBJECTS, TRAPS, corpora, saved_bytes, trap_records, write_jsonl
 from unlearning import sets as sets_module
-from unlearning.corpus import formats, load_corpus, open_source
+from unlearning.corpus import formats, load_corpus, open_source, scan
 from unlearning.corpus.sampling import rank
 from unlearning.corpus.scan import Prefilter, _Lines, fold, sample_records
 from unlearning.sets import Subject, build_sets, build_sets_reference
@@ -26,11 +26,12 @@ from unlearning.text import normalise
 from unlearning.text_matching import MultiMatcher
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("seed", "needles"), [(0, None), (1, True), (2, False)])
 def test_the_fast_scan_gives_byte_identical_sets_to_the_reference(
-    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, seed: int, needles: bool | None, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(formats, "BLOCK", 997)  # many block boundaries
+    monkeypatch.setattr(scan, "NEEDLES", needles)  # auto, needles always, never
     paths = corpora(tmp_path, seed)
     tombstoned = {"r00003", "r00010", "r00200"}
     for name, path in paths.items():
@@ -48,7 +49,11 @@ def test_the_fast_scan_gives_byte_identical_sets_to_the_reference(
         assert reference.counts()["forget_group"] > 0 and len(reference.forget) > 20, name
 
 
-def test_the_traps_that_must_match_do_and_the_near_misses_do_not(tmp_path: Path) -> None:
+@pytest.mark.parametrize("needles", [True, False])
+def test_the_traps_that_must_match_do_and_the_near_misses_do_not(
+    tmp_path: Path, needles: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scan, "NEEDLES", needles)
     lines = [{"id": f"t{i}", "text": f"Note: {trap}."} for i, trap in enumerate(TRAPS)]
     path = tmp_path / "traps.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=i % 2 == 0) + "\n" for i, r in enumerate(lines)),
@@ -171,9 +176,52 @@ def test_non_ascii_lines_are_parsed_only_when_their_folded_text_holds_a_token(tm
     escaped, _ = lines.escapes()
     non_ascii = set(lines.non_ascii()) - set(escaped)
     candidates = set(Prefilter(MultiMatcher([s.patterns() for s in SUBJECTS]).keys, phrases=True)
-                     .candidate_lines(block, lines))
+                     .candidate_lines(lines))
     assert non_ascii - candidates, "the fold ruled out no line: the test proves nothing"
     assert non_ascii & candidates
     reference = build_sets_reference(load_corpus(path), SUBJECTS, seed=5)
     fast = build_sets(path, SUBJECTS, seed=5, corpus_digest=reference.corpus_digest)
     assert saved_bytes(fast, tmp_path / "f") == saved_bytes(reference, tmp_path / "r")
+
+
+def _candidates(path: Path, subjects: list[Subject], needles: bool, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    monkeypatch.setattr(scan, "NEEDLES", needles)
+    prefilter = Prefilter(MultiMatcher([s.patterns() for s in subjects]).keys, phrases=True)
+    found, first = [], 0
+    for data, start, stop in formats.jsonl_windows(formats.discover_shards(path)[0][0], block=4096):
+        lines = _Lines(data, start, stop)
+        found += [first + k for k in prefilter.candidate_lines(lines)]
+        first += lines.count
+    return found
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5, 6])
+def test_needles_find_the_same_candidate_lines_as_lower_casing_every_window(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = write_jsonl(tmp_path / "c.jsonl", trap_records(seed, 600), seed)
+    with_needles = _candidates(path, SUBJECTS, True, monkeypatch)
+    assert with_needles == _candidates(path, SUBJECTS, False, monkeypatch)
+    assert len(with_needles) > 50, "too few candidates: the comparison proves little"
+
+
+def test_the_needles_are_used_where_they_pay_and_not_where_a_token_is_common(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = __import__("random").Random(0)
+    words = ["river", "stone", "market", "window", "garden", "letter", "silver", "morning"]
+    lines = [{"id": f"g{i}", "text": " ".join(rng.choice(words) for _ in range(12))} for i in range(3000)]
+    lines[1500]["text"] += " Mara Okafor"
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    window = next(formats.jsonl_windows(formats.discover_shards(path)[0][0]))
+    rare = Prefilter(MultiMatcher([SUBJECTS[0].patterns()]).keys, phrases=True)
+    common = Prefilter(MultiMatcher([["Ann Stone"]]).keys, phrases=True)  # every token common
+    assert rare.candidate_lines(_Lines(*window)) == [1500]
+    assert {i for i, r in enumerate(lines) if "ann stone" in r["text"]} <= set(common.candidate_lines(_Lines(*window)))
+    lowered = []
+    monkeypatch.setattr(_Lines, "lower", lambda self: lowered.append(1) or bytes(self.view).lower())
+    rare.candidate_lines(_Lines(*window))
+    assert not lowered, "the rare name's needles should have spared lower-casing the window"
+    common.candidate_lines(_Lines(*window))
+    assert lowered, "the common name's needles hit too often to pay"

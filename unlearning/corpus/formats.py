@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -184,31 +186,96 @@ def jsonl_blocks(shard: Shard, *, block: int | None = None) -> Iterator[tuple[in
         yield first, data
 
 
-def jsonl_blocks_counted(shard: Shard, *, block: int | None = None) -> Iterator[tuple[int, bytes, int]]:
-    """`jsonl_blocks` with the number of lines of each block (counted once, here)."""
+def jsonl_blocks_counted(shard: Shard, *, block: int | None = None,
+                         count: bool = True) -> Iterator[tuple[int, bytes, int]]:
+    """`jsonl_blocks` with the number of lines of each block (counted once, here; with
+    `count=False` the counts and first lines are 0, for a caller that counts lines itself)."""
     size = block or BLOCK
     with open_bytes(shard) as handle:
         rest = b""
         line = 0
         first = True
         while True:
-            data = _read(handle, shard, size)
+            data = _read(handle, shard, max(size, 3) if first else size)  # the whole mark, if any
+            if not data:
+                break
             if first:
                 data = data.removeprefix(b"\xef\xbb\xbf")
                 first = False
-            if not data:
-                break
             data = rest + data
             cut = data.rfind(b"\n")
             if cut < 0:
                 rest = data
                 continue
             whole, rest = data[:cut + 1], data[cut + 1:]
-            count = whole.count(b"\n")
-            yield line, whole, count
-            line += count
+            lines = whole.count(b"\n") if count else 0
+            yield line, whole, lines
+            line += lines
         if rest:
             yield line, rest, 1
+
+
+def jsonl_windows(shard: Shard, *, block: int | None = None) -> Iterator[tuple[Any, int, int]]:
+    """(data, start, end): whole lines of a JSONL shard as `data[start:end]`, a window at a time.
+
+    A plain file is memory-mapped one window (about `BLOCK` bytes, to the last newline in
+    it) at a time: the scan reads the page cache in place, with no copy, and memory stays
+    bounded by one window whatever the file's size.  A compressed file, or one that cannot
+    be mapped (a pipe, a platform without `mmap` flags), is read block by block and each
+    block is its own window.  The lines are those of `jsonl_blocks`, the byte-order mark
+    dropped the same way; a line longer than a window widens that window.
+    """
+    size = block or BLOCK
+    mapped = _mapped_windows(shard, size) if shard.compression is None and hasattr(mmap, "MAP_SHARED") else None
+    if mapped is None:
+        for _, data, _ in jsonl_blocks_counted(shard, block=block, count=False):
+            yield data, 0, len(data)
+        return
+    yield from mapped
+
+
+def _mapped_windows(shard: Shard, size: int) -> Iterator[tuple[Any, int, int]] | None:
+    try:
+        handle = shard.path.open("rb")
+    except OSError as exc:
+        raise CorpusError(shard.path, "0", None, f"cannot be opened ({exc.strerror})") from exc
+    with handle:
+        try:
+            total = os.fstat(handle.fileno()).st_size
+            head = mmap.mmap(handle.fileno(), min(total, 3), flags=mmap.MAP_SHARED, prot=mmap.PROT_READ) \
+                if total else None
+        except (OSError, ValueError):
+            return None  # not a mappable file: read it instead
+        start = 3 if head is not None and head[:3] == b"\xef\xbb\xbf" else 0
+        if head is not None:
+            head.close()
+        return _windows(shard, os.dup(handle.fileno()), total, start, size)
+
+
+def _windows(shard: Shard, fd: int, total: int, position: int, size: int) -> Iterator[tuple[Any, int, int]]:
+    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # fault the window in at once
+    try:
+        while position < total:
+            base = position - position % mmap.ALLOCATIONGRANULARITY
+            length = min(total - base, position - base + size)
+            while True:
+                try:
+                    window = mmap.mmap(fd, length, offset=base, flags=flags, prot=mmap.PROT_READ)
+                except (OSError, ValueError) as exc:
+                    raise CorpusError(shard.path, "0", None, f"cannot be read ({exc})") from exc
+                if base + length >= total:
+                    end = total - base
+                    break
+                cut = window.rfind(b"\n", position - base)
+                if cut >= 0:
+                    end = cut + 1
+                    break
+                window.close()
+                length = min(total - base, length * 2)  # one line longer than the window
+            yield window, position - base, end
+            position = base + end
+    finally:
+        os.close(fd)
 
 
 def jsonl_items(shard: Shard) -> Iterator[tuple[int, str, Any]]:

@@ -48,7 +48,7 @@ import orjson
 from unlearning.corpus.formats import (
     Shard,
     columnar_batches,
-    jsonl_blocks_counted,
+    jsonl_windows,
     looks_like_array,
     parse_json,
     shard_items,
@@ -110,6 +110,96 @@ def _starts(automaton: Any, lowered: bytes) -> Iterator[int]:
             yield start
 
 
+# Whether phrase prefilters look for needles first: None decides by the shard's first
+# window (`_Needles.plan`); tests set True or False to run one way only.
+NEEDLES: bool | None = None
+NEEDLE_VARIANTS = 64  # the most patterns the crate's SIMD search (Teddy) takes: past it, 0.5 GB/s
+NEEDLE_LETTERS = 3  # letters of a needle at most: 2**3 case variants each
+NEEDLE_SPACING = 4096  # bytes per needle hit, at least, for the needles to pay (about 1.5 us a hit)
+_UNPLANNED = object()
+
+
+class _Needles:
+    """Short pieces of the keys' tokens in all their case variants, found in raw bytes.
+
+    Lower-casing a whole window costs more than the search that follows it (2.2 GB/s on
+    the bench machine, against 3.7 GB/s for the search).  A key's hit in a line whose
+    lower-cased bytes are its text up to risky bytes (`Prefilter`) puts the key's token in
+    the lower-cased line, so any piece of the token, in one of its case variants, in the
+    raw line.  One piece of up to `NEEDLE_LETTERS` letters per token, with every case
+    variant, `NEEDLE_VARIANTS` patterns at most in all, is found at memory speed in raw
+    bytes (the crate's SIMD search); only the lines holding one are lower-cased and
+    searched for the keys.  The pieces are the ones least frequent in the shard's first
+    window; a window where they occur more often than once in `NEEDLE_SPACING` bytes (a
+    short or common token, a stretch of text about the subject's namesakes) is lower-cased
+    whole instead.  Non-ASCII lines are folded and searched either way, so the lines found
+    are the same.
+    """
+
+    def __init__(self, pieces: Iterable[str]) -> None:
+        self.pieces = tuple(sorted(set(pieces)))
+        variants = {v for p in self.pieces for v in _case_variants(p.encode("ascii"))}
+        self.variants = len(variants)
+        import ahocorasick_rs
+
+        # Leftmost-first, as `_automaton`: every line holding a needle still reports one.
+        self._automaton = ahocorasick_rs.BytesAhoCorasick(sorted(variants),
+                                                          matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
+
+    def starts(self, view: Any) -> list[int]:
+        return [at for _, at, _ in self._automaton.find_matches_as_indexes(view)]
+
+    @classmethod
+    def plan(cls, tokens: Sequence[str], lines: _Lines) -> _Needles | None:
+        """Needles for these tokens, each the piece of its token least frequent in this
+        window (the shard's first; its first megabyte), or None where they would be too
+        many for the SIMD search."""
+        if not tokens or lines.count == 0:
+            return None
+        import ahocorasick_rs
+
+        if NEEDLES is None and len(tokens) > NEEDLE_VARIANTS:
+            return None  # at least one pattern a token
+        pieces = {t: _pieces_of(t) for t in tokens}
+        fewest = sum(min(2 ** sum(c.isalpha() for c in p) for p in options) for options in pieces.values())
+        if NEEDLES is None and fewest > NEEDLE_VARIANTS:
+            return None  # many subjects: the needles cannot all fit the SIMD search
+        every = sorted({p for options in pieces.values() for p in options})
+        counter = ahocorasick_rs.BytesAhoCorasick([p.encode("ascii") for p in every],
+                                                  matchkind=ahocorasick_rs.MATCHKIND_STANDARD)
+        sample = bytes(lines.view[:1 << 20]).lower()
+        counts = [0] * len(every)
+        for index, _, _ in counter.find_matches_as_indexes(sample, overlapping=True):
+            counts[index] += 1
+        seen = dict(zip(every, counts, strict=True))
+        needles = cls(min(options, key=lambda p: (seen[p], -len(p), p)) for options in pieces.values())
+        return None if NEEDLES is None and needles.variants > NEEDLE_VARIANTS else needles
+
+
+def _pieces_of(token: str) -> set[str]:
+    """The substrings of a token that may be its needle: three to eight bytes with at most
+    `NEEDLE_LETTERS` letters (a shorter token: itself, if it has no more letters)."""
+    out: set[str] = set()
+    for i in range(len(token)):
+        letters = 0
+        for j in range(i, min(len(token), i + 8)):
+            letters += token[j].isalpha()
+            if letters > NEEDLE_LETTERS:
+                break
+            if j - i >= 2 or (i == 0 and j == len(token) - 1):
+                out.add(token[i:j + 1])
+    return out or {token[:NEEDLE_LETTERS]}
+
+
+def _case_variants(piece: bytes) -> Iterator[bytes]:
+    """Every spelling of an ASCII piece that lower-cases to it."""
+    import itertools
+
+    options = [(bytes([c]), bytes([c]).upper()) if 0x61 <= c <= 0x7A else (bytes([c]),) for c in piece]
+    for parts in itertools.product(*options):
+        yield b"".join(parts)
+
+
 # Risky bytes, after which a simple line's text may differ from its raw bytes by more than
 # case: runs of spaces and escaped whitespace (collapsed by normalisation), an escaped
 # slash; that is, two spaces, or a backslash followed by one of these.
@@ -165,28 +255,45 @@ class Prefilter:
         self._tokens = _automaton(tokens)
         self._always = _automaton(always | phrase_set)  # what makes a simple line a candidate
         self._folded = _automaton([*tokens, *wide]) if phrases else None
+        self._needles: Any = _UNPLANNED
 
-    def candidate_lines(self, block: bytes, lines: _Lines) -> list[int]:
-        """Indexes (in the block) of the lines of a JSONL block that may hold a key.
+    def candidate_lines(self, lines: _Lines) -> list[int]:
+        """Indexes (in the window) of the lines of a JSONL window that may hold a key.
 
         Simple lines with a hit in their lower-cased bytes (phrase mode: a phrase, or a
         token where the line holds a risky byte); every line with a `\\u` escape; lines
         with non-ASCII bytes: in phrase mode those whose folded text holds a token, in
         token mode (keys compared verbatim: an ASCII key's token is in the raw bytes
         whatever else the line holds) all of them when a key is non-ASCII.
+
+        Phrase mode finds the lines worth lower-casing with its needles first where they
+        pay (`_Needles`); the lines it returns are the same.
         """
         if self.scan_all:
             return list(range(lines.count))
-        lowered = block.lower()
-        hits = list(_starts(self._always if self.phrases else self._tokens, lowered))
-        found = set(lines.line_of(hits).tolist()) if hits else set()
+        if self.phrases and self._needles is _UNPLANNED:
+            self._needles = _Needles.plan(self.tokens, lines) if NEEDLES is not False else None
         escaped, risky = lines.escapes()
-        found.update(escaped)
+        found = set(escaped)
         non_ascii = [k for k in lines.non_ascii() if k not in found]
         if self.every_non_ascii_line:
             found.update(non_ascii)
         elif self.phrases:
-            found.update(_lines_holding(self._folded, lines, non_ascii, lowered, folded=True))
+            found.update(_lines_holding(self._folded, lines, non_ascii, folded=True))
+        starts = self._needles.starts(lines.view) if self.phrases and self._needles is not None else None
+        if starts is not None and len(starts) * NEEDLE_SPACING <= len(lines.view) or NEEDLES:
+            # Lines with a needle: the phrases where the line's bytes are its text up to
+            # case, the tokens where a risky byte may stand between (non-ASCII lines: above).
+            risky_lines = set(risky)
+            skip = found | set(non_ascii)
+            hit = [k for k in np.unique(lines.line_of(starts)).tolist() if k not in skip] if starts else []
+            found.update(_lines_holding(self._always, lines, [k for k in hit if k not in risky_lines]))
+            found.update(_lines_holding(self._tokens, lines, [k for k in hit if k in risky_lines]))
+            return sorted(found)
+        lowered = lines.lower()
+        hits = list(_starts(self._always if self.phrases else self._tokens, lowered))
+        if hits:
+            found.update(lines.line_of(hits).tolist())
         if self.phrases:
             found.update(_lines_holding(self._tokens, lines, [k for k in risky if k not in found], lowered))
         return sorted(found)
@@ -196,10 +303,11 @@ class Prefilter:
         return _starts(self._tokens, lowered)
 
 
-def _lines_holding(automaton: Any, lines: _Lines, which: Sequence[int], lowered: bytes, *,
+def _lines_holding(automaton: Any, lines: _Lines, which: Sequence[int], lowered: bytes | None = None, *,
                    folded: bool = False) -> list[int]:
     """The lines among `which` whose lower-cased bytes (`folded`: their folded text) hold
-    one of the automaton's patterns: one pass over the lines joined.
+    one of the automaton's patterns: one pass over the lines joined (lower-cased here
+    unless the window's `lowered` bytes are given).
 
     Folding (for lines with non-ASCII bytes and no `\\u` escape) replaces each run of
     non-ASCII characters by `normalise(run)` and keeps the lower-cased ASCII bytes.
@@ -213,7 +321,8 @@ def _lines_holding(automaton: Any, lines: _Lines, which: Sequence[int], lowered:
     """
     if not which or automaton is None:
         return []
-    joined = b"\n".join(lowered[lines.start(k):lines.end(k)] for k in which)
+    joined = b"\n".join(lines.raw(k) for k in which).lower() if lowered is None else \
+        b"\n".join(lowered[lines.start(k):lines.end(k)] for k in which)
     if folded:
         try:
             joined.decode("utf-8")
@@ -283,18 +392,27 @@ def _token_of(key: str, runs: list[str]) -> str:
 
 
 class _Lines:
-    """Where the lines of one block start and end: its newlines found once (numpy), so
-    a line's bounds and an offset's line are look-ups, not scans."""
+    """Where the lines of one window start and end: its newlines found once (numpy), so
+    a line's bounds and an offset's line are look-ups, not scans.
 
-    def __init__(self, block: bytes) -> None:
-        self.block = block
-        self.bytes = np.frombuffer(block, dtype=np.uint8)
+    The window is `data[offset:stop]`, whole lines, where `data` is the bytes of a block
+    read from a compressed file or a memory map of a plain one (`formats.jsonl_windows`):
+    numpy and the automata read it in place, and only the lines asked for are copied.
+    """
+
+    def __init__(self, data: Any, offset: int = 0, stop: int | None = None) -> None:
+        stop = len(data) if stop is None else stop
+        self.data, self.offset, self.stop = data, offset, stop
+        self.view = memoryview(data)[offset:stop]
+        self.bytes = np.frombuffer(self.view, dtype=np.uint8)
         ends = np.flatnonzero(self.bytes == 0x0A)
-        if block and not block.endswith(b"\n"):
-            ends = np.append(ends, len(block))  # the file's last line, without its newline
+        size = stop - offset
+        if size and self.bytes[-1] != 0x0A:
+            ends = np.append(ends, size)  # the file's last line, without its newline
         self.ends = ends
         self.starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
         self.count = len(ends)
+        self._ascii: bool | None = None
 
     def start(self, line: int) -> int:
         return int(self.starts[line])
@@ -303,27 +421,53 @@ class _Lines:
         return int(self.ends[line])
 
     def raw(self, line: int) -> bytes:
-        return self.block[self.starts[line]:self.ends[line]]
+        return bytes(self.data[self.offset + int(self.starts[line]):self.offset + int(self.ends[line])])
+
+    def lower(self) -> bytes:
+        return bytes(self.data[self.offset:self.stop]).lower()
+
+    def holds(self, needle: bytes) -> bool:
+        return bool(self.data.find(needle, self.offset, self.stop) >= 0)
 
     def line_of(self, offsets: Sequence[int] | np.ndarray) -> np.ndarray:
-        """The line (in the block) of each offset."""
+        """The line (in the window) of each offset."""
         return np.searchsorted(self.ends, np.asarray(offsets, dtype=np.int64))
+
+    def is_ascii(self) -> bool:
+        if self._ascii is None:
+            self._ascii = not self.count or int(self.bytes.max()) < 0x80
+        return self._ascii
 
     def non_ascii(self) -> list[int]:
         """Lines that hold a byte over 0x7f (the largest byte of each line, in one pass)."""
-        if self.block.isascii() or not self.count:
+        if self.is_ascii():
             return []
         return np.flatnonzero(np.maximum.reduceat(self.bytes, self.starts) >= 0x80).tolist()
+
+    def blank(self) -> list[int]:
+        """Lines that hold nothing but spaces, tabs, carriage returns, vertical tabs or form
+        feeds (JSONL lines that have a position but no item): an empty line, or one whose
+        first byte is one of those, looked at further (a JSON line starts with its value)."""
+        if not self.count:
+            return []
+        lengths = self.ends - self.starts
+        first = self.bytes[np.minimum(self.starts, max(len(self.bytes) - 1, 0))]
+        maybe = np.flatnonzero((lengths == 0) | _BLANK_BYTES[first])
+        return [k for k in maybe.tolist() if not self.raw(k).strip(b" \t\r\x0b\x0c")]
 
     def escapes(self) -> tuple[list[int], list[int]]:
         """(lines with a `\\u` escape, lines with a risky byte (`_RISKY_ESCAPES`))."""
         data = self.bytes
-        slashes = np.flatnonzero(data[:-1] == 0x5C) if b"\\" in self.block else np.zeros(0, dtype=np.int64)
+        slashes = np.flatnonzero(data[:-1] == 0x5C) if self.holds(b"\\") else np.zeros(0, dtype=np.int64)
         after = data[slashes + 1]
         escaped = self.line_of(slashes[after == 0x75]).tolist()  # "u"
         risky = [*slashes[np.isin(after, _RISKY_ESCAPES)].tolist(),
-                 *(at for _, at, _ in _double_space().find_matches_as_indexes(self.block))]
+                 *(at for _, at, _ in _double_space().find_matches_as_indexes(self.view))]
         return sorted(set(escaped)), sorted(set(self.line_of(risky).tolist())) if risky else []
+
+
+_BLANK_BYTES = np.zeros(256, dtype=bool)  # by byte value: the bytes a blank line may hold
+_BLANK_BYTES[list(b" \t\r\x0b\x0c")] = True
 
 
 def _blank_lines(block: bytes, first: int) -> list[int]:
@@ -394,12 +538,15 @@ class _Blocks:
 
     lines: int = 0  # lines of the block being read
 
-    def each(self) -> Iterator[tuple[int, bytes, list[int]]]:
-        for first, block, lines in jsonl_blocks_counted(self.shard):
-            blanks = _blank_lines(block, first)
-            self.lines = lines
-            yield first, block, blanks
+    def each(self) -> Iterator[tuple[int, _Lines, list[int]]]:
+        first = 0
+        for data, start, stop in jsonl_windows(self.shard):
+            lines = _Lines(data, start, stop)
+            blanks = [first + k for k in lines.blank()]
+            self.lines = lines.count
+            yield first, lines, blanks
             self.blanks_before += len(blanks)
+            first += lines.count
 
     def ordinal(self, line: int, blanks: list[int]) -> int:
         """The line's index among the shard's non-blank lines (behind default ids)."""
@@ -483,9 +630,8 @@ def scan_shard(source: CorpusSource, shard: Shard, matcher: MultiMatcher, *, see
     result = ShardScan(shard.number)
     if shard.format == "jsonl" and not looks_like_array(shard):
         blocks = _Blocks(source, shard)
-        for first, block, blanks in blocks.each():
-            lines = _Lines(block)
-            candidates = [] if matcher.empty else prefilter.candidate_lines(block, lines)
+        for first, lines, blanks in blocks.each():
+            candidates = [] if matcher.empty else prefilter.candidate_lines(lines)
             # Match the values' text first; build records only for the lines that hit.
             values = [blocks.value(lines.raw(k), first + k) for k in candidates]
             subjects = matcher.scan([searchable_text_of(v) for v in values]) if values else {}
@@ -641,9 +787,8 @@ def group_shard(source: CorpusSource, shard: Shard, groups: frozenset[GroupKey],
 
     if shard.format == "jsonl" and not looks_like_array(shard):
         blocks = _Blocks(source, shard)
-        for first, block, blanks in blocks.each():
-            lines = _Lines(block)
-            for k in prefilter.candidate_lines(block, lines):
+        for first, lines, blanks in blocks.each():
+            for k in prefilter.candidate_lines(lines):
                 keep(shard.position(first + k), blocks.parse(lines.raw(k), first + k, blanks))
         return out
     if shard.format in ("parquet", "arrow"):
