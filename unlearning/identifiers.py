@@ -81,6 +81,34 @@ def word_pattern(text: str) -> re.Pattern[str]:
     return re.compile(r"(?<![\w])" + re.escape(text) + r"(?![\w])", re.IGNORECASE)
 
 
+def word_find(text: str, haystack: str) -> int:
+    """Where `word_pattern(text)` first matches in `haystack` (-1: nowhere), without
+    compiling the pattern where both are ASCII (most records): there `\\w` is
+    `[A-Za-z0-9_]` and case-insensitive matching is equality of the lower-cased strings,
+    so a search and two boundary looks decide it.  Compiling costs about 0.3 ms a pattern,
+    a quarter of set building's time for 100 subjects.  A match spans `len(text)`
+    characters either way (`re` folds case one character to one)."""
+    if not (text.isascii() and haystack.isascii()):
+        match = word_pattern(text).search(haystack)
+        return -1 if match is None else match.start()
+    needle, lowered = text.lower(), haystack.lower()
+    at = lowered.find(needle)
+    while at >= 0:
+        end = at + len(needle)
+        if (at == 0 or not _ascii_word(lowered[at - 1])) and (end == len(lowered) or not _ascii_word(lowered[end])):
+            return at
+        at = lowered.find(needle, at + 1)
+    return -1
+
+
+def occurs_as_word(text: str, haystack: str) -> bool:
+    return word_find(text, haystack) >= 0
+
+
+def _ascii_word(character: str) -> bool:
+    return character.isalnum() or character == "_"
+
+
 def record_texts(record: Record) -> list[str]:
     """Every text field of a record, in a fixed order."""
     parts = [record.question, record.answer, record.text, record.paraphrased_question,
@@ -135,7 +163,7 @@ def find_spans(record: Record, subject: Any | None) -> list[Span]:
     texts = record_texts(record)
     joined = "\n".join(texts)
     candidates = (subject_strings(subject) if subject is not None else []) + pattern_spans(texts)
-    present = [s for s in _unique(candidates) if word_pattern(s.text).search(joined)]
+    present = [s for s in _unique(candidates) if occurs_as_word(s.text, joined)]
     return sorted(present, key=lambda s: -len(s.text))
 
 

@@ -39,7 +39,14 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from unlearning.corpus import Record
-from unlearning.identifiers import Span, find_spans, replace_spans, word_pattern
+from unlearning.identifiers import (
+    Span,
+    find_spans,
+    occurs_as_word,
+    replace_spans,
+    word_find,
+    word_pattern,
+)
 from unlearning.text import normalise
 
 if TYPE_CHECKING:
@@ -218,10 +225,10 @@ def _replace_name(text: str, name: str, alias: str) -> str | None:
 
 def _before(text: str, value: str) -> str | None:
     """The text before the first whole-word occurrence of `value` (None when absent or first)."""
-    match = word_pattern(value).search(text)
-    if match is None:
+    at = word_find(value, text)
+    if at < 0:
         return None
-    prefix = text[: match.start()].rstrip()
+    prefix = text[:at].rstrip()
     if len(prefix) > MAX_PREFIX_CHARS:
         cut = prefix.find(" ", len(prefix) - MAX_PREFIX_CHARS)
         prefix = prefix[cut + 1:] if cut >= 0 else prefix[-MAX_PREFIX_CHARS:]
@@ -268,9 +275,9 @@ def _verbatim(record: Record, subject: Subject | None, index: int) -> list[Probe
         return []
     cut = max(2, len(words) // 3)
     if subject is not None:
-        mention = word_pattern(subject.name).search(text)
-        if mention is not None:
-            after = [i for i, w in enumerate(words) if w.start() >= mention.end()]
+        mention = word_find(subject.name, text)
+        if mention >= 0:
+            after = [i for i, w in enumerate(words) if w.start() >= mention + len(subject.name)]
             if len(after) > VERBATIM_WORDS:
                 cut = after[0]
     if cut + VERBATIM_WORDS > len(words):
@@ -300,7 +307,7 @@ def _chat_probes(record: Record, index: int, values: Sequence[Span]) -> list[Pro
     turns = [{"role": m.role, "content": m.content} for m in record.messages]
     for value in values:
         for k, turn in enumerate(turns):
-            if turn["role"] != "assistant" or not word_pattern(value.text).search(turn["content"]):
+            if turn["role"] != "assistant" or not occurs_as_word(value.text, turn["content"]):
                 continue
             context = json.dumps(turns[:k], ensure_ascii=False)
             if not any(normalise(value.text) in normalise(t["content"]) for t in turns[:k]):

@@ -8,6 +8,8 @@ a stranger gets, never a particular name.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.real_shaped import free_text_corpus, people
 from unlearning.corpus import Record
@@ -255,3 +257,16 @@ def test_a_stranger_for_a_name_no_record_writes_is_a_one_token_word_no_record_wr
     assert all(count(w) == 1 for w in matched)
     assert not matched & written
     assert not any("alden".startswith(w.casefold()) or w.casefold().startswith("ald") for w in matched)
+
+
+_WORDISH = st.text(alphabet="aAbB_1 .-'\u212a\u017fkKsS\u00e9\u0130i", max_size=12)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_WORDISH.filter(bool), _WORDISH)
+def test_the_word_test_without_a_regex_agrees_with_the_regex(text: str, haystack: str) -> None:
+    from unlearning.identifiers import word_find, word_pattern
+
+    match = word_pattern(text).search(haystack)
+    assert word_find(text, haystack) == (-1 if match is None else match.start())
+    assert match is None or match.end() == match.start() + len(text)
