@@ -254,14 +254,14 @@ def _cost(cost: Any) -> list[str]:
     rows = []
     for key, label, limit in (("asu_online_gd", "ASU step (online teacher, GD retain) / plain fine-tuning step", "<= 4/3"),
                               ("asu_online_kl", "ASU step (online teacher, KL retain) / plain fine-tuning step", "<= 4/3"),
-                              ("asu_cached_gd", "ASU step (cached teacher, GD retain) / plain fine-tuning step", "about 1"),
-                              ("asu_cached_kl", "ASU step (cached teacher, KL retain) / plain fine-tuning step", "about 1")):
+                              ("asu_cached_gd", "ASU step (cached teacher, GD retain) / plain fine-tuning step", "<= 1.05"),
+                              ("asu_cached_kl", "ASU step (cached teacher, KL retain) / plain fine-tuning step", "<= 1.05")):
         ratio = _get(step, "ratios", key)
         rows.append([label, fmt(ratio), limit, fmt(_get(step, "per_step_s", key), 4) + " s vs "
                      + fmt(_get(step, "per_step_s", "plain"), 4) + " s"])
     batching = cost.get("batching")
     rows.append([f"one job for {fmt(_get(batching, 'subjects'))} subjects / one job for 1", fmt(_get(batching, "ratio")),
-                 "< subjects", f"{fmt(_get(batching, 'many_s'), 1)} s vs {fmt(_get(batching, 'one_s'), 1)} s"])
+                 "<= 3", f"{fmt(_get(batching, 'many_s'), 1)} s vs {fmt(_get(batching, 'one_s'), 1)} s"])
     scan = cost.get("scan")
     for row in ([] if is_missing(scan) or scan is None else scan.get("runs") or []):
         rows.append([f"set building throughput / `rg -F -i -f` ({row['subjects']} subjects, "
@@ -509,7 +509,7 @@ METHODS_NOTE = [
     "candidate is verified against its parent, as the service verifies against the serving checkpoint.",
     "- **Step cost**: seconds per optimiser step of the training loop (progress-callback timestamps, "
     "teacher pre-computation excluded), a fixed number of steps per run (`steps`, not the budget rule), "
-    "forget and retain batches of 8, the faster of two rounds run in alternating order; the plain "
+    "forget and retain batches of 8, the fastest of three rounds run in alternating order; the plain "
     "fine-tuning step is gradient difference (forward and backward on one forget and one retain batch); "
     "ASU runs its `published` preset with the teacher recomputed every step from a frozen copy "
     "(`cache_teacher=none`) or cached before step 1 (`full`).",

@@ -69,7 +69,7 @@ QUICK = BenchSettings(
 FULL = BenchSettings(
     mode="full", preset="demo", people=200, forget_fractions=(0.01, 0.05, 0.10), seeds=(0, 1, 2),
     methods=METHOD_VARIANTS, tofu_perturbed=5, utility_facts=200,
-    continual_requests=10, continual_method="asu", cost_steps=40, batching_subjects=20,
+    continual_requests=10, continual_method="asu", cost_steps=80, batching_subjects=20,
     scan_megabytes=100.0, scan_subjects=(1, 100), scan_large_megabytes=1000.0, scan_shards=8,
     pipeline_timeout_s=600.0,
     wrk_seconds=15, wrk_connections=8, gunicorn_workers=2, audit_events=1_000_000,

@@ -223,7 +223,9 @@ def jsonl_windows(shard: Shard, *, block: int | None = None) -> Iterator[tuple[A
     bounded by one window whatever the file's size.  A compressed file, or one that cannot
     be mapped (a pipe, a platform without `mmap` flags), is read block by block and each
     block is its own window.  The lines are those of `jsonl_blocks`, the byte-order mark
-    dropped the same way; a line longer than a window widens that window.
+    dropped the same way; a line longer than a window widens that window.  A registered
+    corpus is immutable (its digest is pinned); a file truncated while it is mapped would
+    end the reading process with SIGBUS, and the broker redeliver its task (late acks).
     """
     size = block or BLOCK
     mapped = _mapped_windows(shard, size) if shard.compression is None and hasattr(mmap, "MAP_SHARED") else None
