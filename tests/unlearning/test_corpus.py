@@ -4,6 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from unlearning.corpus import (
     CorpusError,
@@ -155,3 +157,19 @@ def test_a_bad_chat_names_the_turn(tmp_path: Path, messages: object, field: str)
     with pytest.raises(CorpusError) as caught:
         load_corpus(path, strict=True)
     assert f"field '{field}'" in str(caught.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["id", "text"]),
+                       st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=6),
+                                 st.lists(st.text(max_size=2), max_size=2))))
+def test_the_plain_text_shortcut_gives_the_general_parsers_record_or_error(data: dict[str, object]) -> None:
+    from unlearning.corpus.records import RecordMisfit, _parse_record, parse_record
+
+    def outcome(parse: object) -> object:
+        try:
+            return parse("c.jsonl", "1", data, "rec-0000001")  # type: ignore[operator]
+        except RecordMisfit as exc:
+            return ("misfit", str(exc))
+
+    assert outcome(parse_record) == outcome(_parse_record)
