@@ -264,8 +264,10 @@ def corpus_scan(settings: BenchSettings, assets: Assets, *, work: Path, console:
     return {"runs": runs, "sharded": sharded, "two_process_speedup": speedup, "ten_gb": ten_gb,
             "goals": SCAN_GOALS, "load_average": load,
             "index": index_summary(index_builds, index_lookups, settings.scan_subjects),
-            "note": "ours = build_sets on the corpus path (streamed: byte-level Aho-Corasick prefilter over the "
-                    "raw lines, non-ASCII lines folded run by run first, orjson and NFKC/casefold/accent "
+            "note": "ours = build_sets on the corpus path (streamed: plain JSONL memory-mapped a window at a time; "
+                    "byte-level Aho-Corasick prefilter over the raw lines, for a few subjects case-variant needles "
+                    "first (SIMD) and only the lines holding one lower-cased, "
+                    "non-ASCII lines folded run by run first, orjson and NFKC/casefold/accent "
                     "folding of the candidate lines only, word-boundary matching, groups, "
                     "retain pool, probes), in a fresh process; peak memory = that process's own high-water mark (VmHWM) "
                     "(the people generator included); reference = load_corpus + the in-memory scan; "
