@@ -186,10 +186,8 @@ def jsonl_blocks(shard: Shard, *, block: int | None = None) -> Iterator[tuple[in
         yield first, data
 
 
-def jsonl_blocks_counted(shard: Shard, *, block: int | None = None,
-                         count: bool = True) -> Iterator[tuple[int, bytes, int]]:
-    """`jsonl_blocks` with the number of lines of each block (counted once, here; with
-    `count=False` the counts and first lines are 0, for a caller that counts lines itself)."""
+def jsonl_blocks_counted(shard: Shard, *, block: int | None = None) -> Iterator[tuple[int, bytes, int]]:
+    """`jsonl_blocks` with the number of lines of each block (counted once, here)."""
     size = block or BLOCK
     with open_bytes(shard) as handle:
         rest = b""
@@ -208,9 +206,9 @@ def jsonl_blocks_counted(shard: Shard, *, block: int | None = None,
                 rest = data
                 continue
             whole, rest = data[:cut + 1], data[cut + 1:]
-            lines = whole.count(b"\n") if count else 0
-            yield line, whole, lines
-            line += lines
+            count = whole.count(b"\n")
+            yield line, whole, count
+            line += count
         if rest:
             yield line, rest, 1
 
@@ -230,7 +228,7 @@ def jsonl_windows(shard: Shard, *, block: int | None = None) -> Iterator[tuple[A
     size = block or BLOCK
     mapped = _mapped_windows(shard, size) if shard.compression is None and hasattr(mmap, "MAP_SHARED") else None
     if mapped is None:
-        for _, data, _ in jsonl_blocks_counted(shard, block=block, count=False):
+        for _, data in jsonl_blocks(shard, block=block):
             yield data, 0, len(data)
         return
     yield from mapped

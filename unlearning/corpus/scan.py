@@ -69,9 +69,6 @@ from unlearning.text_matching import MultiMatcher
 _RUN = re.compile(r"[a-z0-9]+")
 _WORD = re.compile(r"[^\W_]+")  # a run of letters and digits, in any script
 _FOLD_CACHE_MAX = 1 << 16
-_BLANK = re.compile(rb"\n[ \t\r\x0b\x0c]*(?=\n|\Z)")
-_LEADING_BLANK = re.compile(rb"[ \t\r\x0b\x0c]*(?:\n|\Z)")
-_BLANK_HINT = re.compile(rb"\n[\n \t\r\x0b\x0c]")
 # Columns whose strings `Record.searchable_text` reads (the rest cannot hold a hit).
 SEARCH_COLUMNS = ("text", "question", "answer", "prompt", "response", "paraphrased_question",
                   "paraphrased_answer", "perturbed_answer", "messages", "instruction", "input", "output",
@@ -280,8 +277,9 @@ class Prefilter:
             found.update(non_ascii)
         elif self.phrases:
             found.update(_lines_holding(self._folded, lines, non_ascii, folded=True))
-        starts = self._needles.starts(lines.view) if self.phrases and self._needles is not None else None
-        if starts is not None and len(starts) * NEEDLE_SPACING <= len(lines.view) or NEEDLES:
+        needles = self._needles if self.phrases else None
+        starts = needles.starts(lines.view) if needles is not None else None
+        if starts is not None and (NEEDLES or len(starts) * NEEDLE_SPACING <= len(lines.view)):
             # Lines with a needle: the phrases where the line's bytes are its text up to
             # case, the tokens where a risky byte may stand between (non-ASCII lines: above).
             risky_lines = set(risky)
@@ -471,13 +469,9 @@ _BLANK_BYTES[list(b" \t\r\x0b\x0c")] = True
 
 
 def _blank_lines(block: bytes, first: int) -> list[int]:
-    """Line indexes of the blank lines of a block (they have positions but hold no item)."""
-    if not _BLANK_HINT.search(block) and not _LEADING_BLANK.match(block):
-        return []  # the usual case, found at memory speed
-    starts = [m.start() + 1 for m in _BLANK.finditer(block) if m.start() + 1 < len(block)]
-    if _LEADING_BLANK.match(block) and block:
-        starts.insert(0, 0)
-    return [first + block.count(b"\n", 0, start) for start in starts]
+    """Line indexes of the blank lines of a block (they have positions but hold no item):
+    the scan's own rule (`_Lines.blank`), for the corpus index."""
+    return [first + k for k in _Lines(block).blank()]
 
 
 @dataclass(frozen=True)
