@@ -85,6 +85,54 @@ def test_the_compressed_target_keeps_the_actual_token_and_sums_to_one():
 
 
 
+def _textbook_kl(dist, logits, mask, next_ids=None, token_weight=0.0):
+    """KL(target || student) straight from the definition: the student's full log-softmax,
+    the target's top-k plus one tail bucket where it is compressed."""
+    student = F.log_softmax(logits[mask], dim=-1)
+    per = []
+    for i in range(len(student)):
+        if dist.indices is None:
+            teacher, mine = dist.values[i], student[i]
+        else:
+            picked = student[i, dist.indices[i]]
+            rest = torch.log1p(-torch.logsumexp(picked, -1).exp().clamp(max=1 - 1e-6))
+            teacher = torch.cat([dist.values[i], dist.tail[i:i + 1]])
+            mine = torch.cat([picked, rest[None]])
+        p = teacher.exp()
+        term = torch.where(p > 0, p * (teacher - mine), torch.zeros_like(p)).sum()
+        if token_weight:
+            term = term + token_weight * (student[i, next_ids[mask][i]] - dist.actual[i]).square()
+        per.append(term)
+    full = torch.zeros(mask.shape)
+    full[mask] = torch.stack(per)
+    return (full.sum(-1) / mask.sum(-1).clamp_min(1)).sum() / (mask.sum(-1) > 0).sum()
+
+
+@pytest.mark.parametrize("vocab,topk", [(5000, 16), (300, None)])
+def test_the_kl_is_the_textbook_kl_in_value_and_gradient(vocab, topk):
+    # The loss never builds the student's log-softmax (`kl_to_target`); it must still be the
+    # definition, with unnormalised logits, a target with tokens of probability zero, padding
+    # rows without a position, and the actual-token term.
+    torch.manual_seed(3)
+    mask = torch.rand(3, 7) < 0.6
+    mask[2] = False
+    n = int(mask.sum())
+    teacher = F.log_softmax(torch.randn(n, vocab) * 2, dim=-1)
+    teacher[:, :5] = float("-inf")  # a target that rules tokens out
+    next_ids = torch.randint(5, vocab, (3, 7))
+    dist = compress(teacher, topk, next_ids[mask][:, None])
+    logits = (torch.randn(3, 7, vocab) * 3 + 7).requires_grad_(True)
+    reference = logits.detach().clone().requires_grad_(True)
+    for weight in (0.0, 1.5):
+        fast = kl_to_target(dist, logits, mask, next_ids=next_ids, token_weight=weight)
+        slow = _textbook_kl(dist, reference, mask, next_ids=next_ids, token_weight=weight)
+        assert fast.item() == pytest.approx(slow.item(), rel=1e-5)
+        grad, = torch.autograd.grad(fast, logits)
+        expected, = torch.autograd.grad(slow, reference)
+        assert torch.allclose(grad, expected, atol=1e-6, rtol=1e-4)
+        assert float(grad.abs().sum()) > 0
+
+
 @pytest.mark.parametrize("vocab,topk", [(5000, 8), (64, None)])
 def test_the_token_term_pins_the_actual_tokens_log_probability_where_the_kl_barely_moves_it(vocab, topk):
     # The target gives the actual token 1e-4; the student gives it 0.1 and otherwise agrees.

@@ -92,6 +92,8 @@ class Dist:
     indices: torch.Tensor | None = None
     tail: torch.Tensor | None = None
     actual: torch.Tensor | None = None  # (N,) log-probability of the actual next token, where known
+    _weights: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(default=None, repr=False,
+                                                                              compare=False)
 
     def to(self, device: torch.device) -> Dist:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -103,6 +105,16 @@ class Dist:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size()
                    for t in (self.values, self.indices, self.tail, self.actual) if t is not None)
+
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(probabilities (N, k [+1 for the tail]), their sums (N,), sum p log p (N,)): the parts
+        of the forward KL that do not depend on the student, computed once per Dist (a cached
+        target is asked at many steps)."""
+        if self._weights is None:
+            logp = self.values if self.tail is None else torch.cat([self.values, self.tail[:, None]], dim=-1)
+            p = logp.exp()
+            self._weights = (p, p.sum(-1), torch.where(p > 0, p * logp, 0.0).sum(-1))
+        return self._weights
 
 
 @dataclass
@@ -183,22 +195,21 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor,
     log-probability (3 nats too familiar).  The squared gap is two-sided, so it stops
     at the target, never below it.
     """
-    student = F.log_softmax(student_logits[mask], dim=-1)
-    gap = None
-    if token_weight > 0 and next_ids is not None and target.actual is not None:
-        mine = student.gather(-1, next_ids[mask][:, None]).squeeze(-1)
-        gap = token_weight * (mine - target.actual).square()
+    rows = student_logits[mask]
+    p, mass, plogp = target.weights()
+    # KL = sum p (log p - log q) with log q = logits - logsumexp: the student's full log-softmax
+    # is never built (one pass for its normaliser, one weighted sum), the same value.
+    norm = torch.logsumexp(rows, dim=-1)
     if target.indices is not None and target.tail is not None:
-        picked = student.gather(-1, target.indices)
-        kept = torch.logsumexp(picked, dim=-1)
-        rest = torch.log1p(-kept.exp().clamp(max=1 - 1e-6))
-        teacher = torch.cat([target.values, target.tail[:, None]], dim=-1)
-        student = torch.cat([picked, rest[:, None]], dim=-1)
+        picked = rows.gather(-1, target.indices) - norm[:, None]
+        rest = torch.log1p(-torch.logsumexp(picked, dim=-1).exp().clamp(max=1 - 1e-6))
+        cross = (p[:, :-1] * picked).sum(-1) + p[:, -1] * rest
     else:
-        teacher = target.values
-    per_token = (teacher.exp() * (teacher - student)).nan_to_num(0.0).sum(-1)
-    if gap is not None:
-        per_token = per_token + gap
+        cross = (p * rows).sum(-1) - mass * norm
+    per_token = plogp - cross
+    if token_weight > 0 and next_ids is not None and target.actual is not None:
+        mine = rows.gather(-1, next_ids[mask][:, None]).squeeze(-1) - norm
+        per_token = per_token + token_weight * (mine - target.actual).square()
     full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
     full[mask] = per_token
     return sequence_mean(full, mask)
@@ -886,22 +897,25 @@ def latent_loss(hidden_states: Sequence[torch.Tensor], cached: tuple[torch.Tenso
     readings = readings if readings is not None else lens_readings(cached, lens)
     losses = []
     for layer, translator in lens.layers.items():
-        target, probability = readings[layer]
-        student = F.log_softmax(lens.read(hidden_states[layer][rows, cols].float(), translator), dim=-1)
-        losses.append((probability * (target - student)).sum(-1).mean())
+        probability, plogp = readings[layer]
+        logits = lens.read(hidden_states[layer][rows, cols].float(), translator)
+        # sum p (log p - log q), log q = logits - logsumexp(logits), as `kl_to_target` computes it
+        cross = (probability * logits).sum(-1) - torch.logsumexp(logits, dim=-1)
+        losses.append((plogp - cross).mean())
     return torch.stack(losses).mean() if losses else teacher.new_zeros(())
 
 
 @torch.no_grad()
 def lens_readings(cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
                   lens: Lens) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer the lens reads, the next-token log-probabilities and probabilities it reads
-    off the cached (stranger's) states: the latent loss's fixed side."""
+    """Per layer the lens reads, the next-token probabilities it reads off the cached
+    (stranger's) states and their sum p log p per position: the latent loss's fixed side."""
     teacher = cached[2]
     out = {}
     for layer, translator in lens.layers.items():
         target = F.log_softmax(lens.read(teacher[:, layer - 1].float(), translator), dim=-1)
-        out[layer] = (target, target.exp())
+        probability = target.exp()
+        out[layer] = (probability, torch.where(probability > 0, probability * target, 0.0).sum(-1))
     return out
 
 
