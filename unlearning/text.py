@@ -19,6 +19,7 @@ _TRANSLITERATE = str.maketrans({
     "\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'", "\u00b4": "'",
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-",
 })
+_TRANSLITERATED = re.compile("[" + re.escape("".join(chr(c) for c in _TRANSLITERATE)) + "]")
 _NON_WORD = re.compile(r"[^\w]+")
 
 
@@ -26,7 +27,9 @@ def normalise(text: str) -> str:
     """The matching form of a text (see the module docstring)."""
     if text.isascii():  # the fast path: most corpus text needs no Unicode work
         return " ".join(text.lower().split())
-    text = unicodedata.normalize("NFKC", text).casefold().translate(_TRANSLITERATE)
+    text = unicodedata.normalize("NFKC", text).casefold()
+    if _TRANSLITERATED.search(text):  # translate reads every character through a dict: only where needed
+        text = text.translate(_TRANSLITERATE)
     text = _COMBINING.sub("", unicodedata.normalize("NFD", text))
     return " ".join(unicodedata.normalize("NFC", text).split())
 

@@ -81,6 +81,7 @@ from unlearning.corpus.scan import (
     GroupKey,
     Hit,
     Pending,
+    Prefilter,
     Sampled,
     _blank_lines,
     first_threshold,
@@ -620,8 +621,9 @@ def index_scan(index: CorpusIndex, source: CorpusSource, patterns_by_subject: Se
         return found
     others = [shard for shard in source.shards if shard.name not in index.indexed]
     threshold = first_threshold(source, len(patterns_by_subject), pool_size)
-    parts = [scan_shard(source, shard, matcher, seed=seed, threshold=threshold, exclude_ids=exclude_ids)
-             for shard in others]
+    prefilter = Prefilter(matcher.keys, phrases=True) if others else None
+    parts = [scan_shard(source, shard, matcher, seed=seed, threshold=threshold, exclude_ids=exclude_ids,
+                        prefilter=prefilter) for shard in others]
     hits = sorted(_index_hits(index, source, matcher, numbers, exclude_ids) + merge_hits(parts),
                   key=lambda hit: hit[0])
     groups = forget_groups(hits)

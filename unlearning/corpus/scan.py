@@ -35,6 +35,7 @@ plus what is found.  Every function works on one shard, so shards can run in par
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -254,6 +255,12 @@ class Prefilter:
         self._folded = _automaton([*tokens, *wide]) if phrases else None
         self._needles: Any = _UNPLANNED
 
+    def for_shard(self) -> Prefilter:
+        """This prefilter for another shard: the same automata, its needles not yet planned."""
+        fresh = copy.copy(self)
+        fresh._needles = _UNPLANNED
+        return fresh
+
     def candidate_lines(self, lines: _Lines) -> list[int]:
         """Indexes (in the window) of the lines of a JSONL window that may hold a key.
 
@@ -319,7 +326,7 @@ def _lines_holding(automaton: Any, lines: _Lines, which: Sequence[int], lowered:
     """
     if not which or automaton is None:
         return []
-    joined = b"\n".join(lines.raw(k) for k in which).lower() if lowered is None else \
+    joined = b"\n".join(lines.raws(which)).lower() if lowered is None else \
         b"\n".join(lowered[lines.start(k):lines.end(k)] for k in which)
     if folded:
         try:
@@ -420,6 +427,15 @@ class _Lines:
 
     def raw(self, line: int) -> bytes:
         return bytes(self.data[self.offset + int(self.starts[line]):self.offset + int(self.ends[line])])
+
+    def raws(self, lines: Sequence[int]) -> list[bytes]:
+        """`raw` of many lines (their offsets read from the index in one go)."""
+        if not len(lines):
+            return []
+        at = np.asarray(lines, dtype=np.int64)
+        data, offset = self.data, self.offset
+        return [bytes(data[offset + a:offset + b])
+                for a, b in zip(self.starts[at].tolist(), self.ends[at].tolist(), strict=True)]
 
     def lower(self) -> bytes:
         return bytes(self.data[self.offset:self.stop]).lower()
@@ -618,16 +634,22 @@ def _match(matcher: MultiMatcher, found: list[tuple[int, Record]]) -> list[Hit]:
 
 
 def scan_shard(source: CorpusSource, shard: Shard, matcher: MultiMatcher, *, seed: int,
-               threshold: int, exclude_ids: frozenset[str] = frozenset()) -> ShardScan:
-    """One shard's hits (records naming a subject) and retain pool (records under `threshold`)."""
-    prefilter = Prefilter(matcher.keys, phrases=True)
+               threshold: int, exclude_ids: frozenset[str] = frozenset(),
+               prefilter: Prefilter | None = None) -> ShardScan:
+    """One shard's hits (records naming a subject) and retain pool (records under `threshold`).
+
+    `prefilter` is `Prefilter(matcher.keys, phrases=True)` built once for a scan of many
+    shards (its automata take about 15 ms for 100 subjects); each shard plans its own
+    needles on its own first window."""
+    prefilter = Prefilter(matcher.keys, phrases=True) if prefilter is None else prefilter.for_shard()
     result = ShardScan(shard.number)
     if shard.format == "jsonl" and not looks_like_array(shard):
         blocks = _Blocks(source, shard)
         for first, lines, blanks in blocks.each():
             candidates = [] if matcher.empty else prefilter.candidate_lines(lines)
             # Match the values' text first; build records only for the lines that hit.
-            values = [blocks.value(lines.raw(k), first + k) for k in candidates]
+            values = [blocks.value(raw, first + k) for k, raw in zip(candidates, lines.raws(candidates),
+                                                                       strict=True)]
             subjects = matcher.scan([searchable_text_of(v) for v in values]) if values else {}
             for i in sorted(subjects):
                 line = first + candidates[i]
@@ -636,8 +658,7 @@ def scan_shard(source: CorpusSource, shard: Shard, matcher: MultiMatcher, *, see
                     result.hits.append((shard.position(line), record, tuple(sorted(subjects[i]))))
             sampled = _sampled_lines(blocks.lines, first, shard, seed, threshold) if threshold else []
             prefix = "" if source.single else f"{shard.name}:"
-            for line, key in sampled:
-                raw = lines.raw(line - first)
+            for (line, key), raw in zip(sampled, lines.raws([line - first for line, _ in sampled]), strict=True):
                 if raw.strip():
                     result.pool.append((key, shard.position(line), Pending(
                         str(shard.path), str(line + 1), raw, prefix, blocks.ordinal(line, blanks))))
@@ -924,8 +945,9 @@ def scan_corpus(source: CorpusSource, patterns_by_subject: Sequence[Iterable[str
     """
     matcher = MultiMatcher(patterns_by_subject)
     threshold = first_threshold(source, len(patterns_by_subject), pool_size)
-    parts = [scan_shard(source, shard, matcher, seed=seed, threshold=threshold, exclude_ids=exclude_ids)
-             for shard in source.shards]
+    prefilter = Prefilter(matcher.keys, phrases=True)
+    parts = [scan_shard(source, shard, matcher, seed=seed, threshold=threshold, exclude_ids=exclude_ids,
+                        prefilter=prefilter) for shard in source.shards]
     hits = merge_hits(parts)
     groups = forget_groups(hits)
     direct = {record.id for _, record, _ in hits}
