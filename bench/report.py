@@ -255,7 +255,7 @@ def _cost(cost: Any) -> list[str]:
     for key, label, limit in (("asu_online_gd", "ASU step (online teacher, GD retain) / plain fine-tuning step", "<= 4/3"),
                               ("asu_online_kl", "ASU step (online teacher, KL retain) / plain fine-tuning step", "<= 4/3"),
                               ("asu_cached_gd", "ASU step (cached teacher, GD retain) / plain fine-tuning step", "<= 1.05"),
-                              ("asu_cached_kl", "ASU step (cached teacher, KL retain) / plain fine-tuning step", "<= 1.05")):
+                              ("asu_cached_kl", "ASU step (cached teacher, KL retain: the default) / plain fine-tuning step", "<= 1.05")):
         ratio = _get(step, "ratios", key)
         rows.append([label, fmt(ratio), limit, fmt(_get(step, "per_step_s", key), 4) + " s vs "
                      + fmt(_get(step, "per_step_s", "plain"), 4) + " s"])
