@@ -15,7 +15,15 @@ from unlearning.corpus import load_corpus
 from unlearning.erase import method_input, resolve_hparams
 from unlearning.identifiers import FreshNames, avoid_set
 from unlearning.methods.asu import ASU, ASUHparams, preset_values
-from unlearning.methods.base import MethodInput, collate, encode_all
+from unlearning.methods.base import (
+    Batch,
+    MethodInput,
+    collate,
+    encode_all,
+    masked_nll,
+    sequence_mean,
+    token_nll,
+)
 from unlearning.methods.targets import (
     TeacherSettings,
     _who,
@@ -131,6 +139,25 @@ def test_the_kl_is_the_textbook_kl_in_value_and_gradient(vocab, topk):
         expected, = torch.autograd.grad(slow, reference)
         assert torch.allclose(grad, expected, atol=1e-6, rtol=1e-4)
         assert float(grad.abs().sum()) > 0
+
+
+def test_the_retained_records_nll_at_their_positions_is_the_full_nll_masked():
+    # ASU's fine-tuning term on retained records takes the log-softmax at their own positions
+    # only (`masked_nll`); value and gradient must be those of the whole-sequence NLL masked.
+    torch.manual_seed(5)
+    ids = torch.randint(0, 50, (4, 9))
+    mask = torch.rand(4, 8) < 0.4
+    mask[1] = False  # a row with nothing to learn (a stranger copy) counts for nothing
+    batch = Batch(ids, torch.ones_like(ids), mask)
+    logits = torch.randn(4, 8, 50, requires_grad=True)
+    reference = logits.detach().clone().requires_grad_(True)
+    fast = masked_nll(logits, batch, mask)
+    slow = sequence_mean(token_nll(reference, batch), mask)
+    assert fast.item() == pytest.approx(slow.item(), rel=1e-6)
+    grad, = torch.autograd.grad(fast, logits)
+    expected, = torch.autograd.grad(slow, reference)
+    assert torch.allclose(grad, expected, atol=1e-7)
+    assert float(grad[~mask].abs().sum()) == 0.0 and float(grad[mask].abs().sum()) > 0
 
 
 @pytest.mark.parametrize("vocab,topk", [(5000, 8), (64, None)])

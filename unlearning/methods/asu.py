@@ -52,10 +52,9 @@ from unlearning.methods.base import (
     answer_nll,
     encode_all,
     make_batches,
+    masked_nll,
     max_positions,
     parameter_count,
-    sequence_mean,
-    token_nll,
 )
 from unlearning.methods.targets import (
     RecordTarget,
@@ -299,8 +298,8 @@ class ASU:
                 kept_logits = kept.logits[:, :-1].float()
                 loss_retain = kl_to_target(anchor, kept_logits, retain_batch.loss_mask)
                 if hp.retain_nll_weight > 0:
-                    loss_retain = loss_retain + hp.retain_nll_weight * sequence_mean(
-                        token_nll(kept_logits, retain_batch), own_masks[retain_index[id(retain_batch)]])
+                    loss_retain = loss_retain + hp.retain_nll_weight * masked_nll(
+                        kept_logits, retain_batch, own_masks[retain_index[id(retain_batch)]])
                 if anchor_states is not None:
                     loss_retain = loss_retain + hp.retain_latent_weight * latent_loss(kept.hidden_states, anchor_states)
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain

@@ -128,6 +128,15 @@ def token_nll(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     return nll
 
 
+def masked_nll(logits: torch.Tensor, batch: Batch, mask: torch.Tensor) -> torch.Tensor:
+    """`sequence_mean(token_nll(logits, batch), mask)`, the log-softmax taken at the masked
+    positions only (the same value and gradient: elsewhere the term is multiplied by zero)."""
+    per_token = F.cross_entropy(logits[mask], batch.targets[mask], reduction="none")
+    full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
+    full[mask] = per_token
+    return sequence_mean(full, mask)
+
+
 def answer_nll(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Plain fine-tuning loss on the learnt tokens (sequence mean, then batch mean)."""
     return sequence_mean(token_nll(answer_logits(model, batch), batch), batch.loss_mask)
