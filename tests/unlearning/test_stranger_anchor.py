@@ -75,13 +75,13 @@ def test_the_anchor_copies_are_anchored_and_never_fine_tuned_on(tiny_corpus_dir,
     data = MethodInput(forget=full.forget, retain=full.retain[: 2 * len(full.forget)], subjects=full.subjects,
                        record_subjects=full.record_subjects, probes=full.probes, name_pool=full.name_pool)
     masks: list[torch.Tensor] = []
-    original_mean = asu.sequence_mean
+    original_nll = asu.masked_nll
 
-    def mean_spy(values, mask):  # in ASU, the plain fine-tuning term on retained records only
+    def nll_spy(logits, batch, mask):  # in ASU, the plain fine-tuning term on retained records only
         masks.append(mask.clone())
-        return original_mean(values, mask)
+        return original_nll(logits, batch, mask)
 
-    monkeypatch.setattr(asu, "sequence_mean", mean_spy)
+    monkeypatch.setattr(asu, "masked_nll", nll_spy)
     for anchor in (False, True):
         masks.clear()
         torch.manual_seed(0)
