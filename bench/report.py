@@ -279,6 +279,10 @@ def _cost(cost: Any) -> list[str]:
     rows.append(["verification time / unlearning time (warm base cache)", fmt(_get(vu, "ratio_warm")), "-",
                  f"{fmt(_get(vu, 'verify_warm_s'), 1)} s vs {fmt(_get(vu, 'erase_s'), 1)} s"])
     out += _table(["ratio", "measured", "goal", "figures"], rows)
+    for key in ("step_time", "batching", "scan", "verify_vs_unlearn"):
+        part = cost.get(key)
+        if isinstance(part, dict) and part.get("remeasured"):
+            out += [f"*`{key}` re-measured after this run: {part['remeasured']}*", ""]
     out += _scan(cost.get("scan"))
     out += _certificate_time(cost.get("time_to_certificate"))
     return out
