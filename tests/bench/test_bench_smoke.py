@@ -299,6 +299,18 @@ def test_keep_carries_the_families_not_run_over_from_the_last_report_marked_with
     assert md.count("Carried over") == 1
 
 
+def test_a_cost_figure_measured_again_after_the_run_says_so_beside_the_table() -> None:
+    from bench.report import _cost
+
+    cost = {"batching": {"subjects": 20, "ratio": 2.9, "many_s": 147.3, "one_s": 50.9,
+                         "remeasured": "17:15 UTC at commit abc (the bench's batching alone)"},
+            "step_time": {"ratios": {"asu_cached_kl": 1.06}, "per_step_s": {"asu_cached_kl": 0.066, "plain": 0.062}}}
+    md = "\n".join(_cost(cost))
+    assert "| one job for 20 subjects / one job for 1 | 2.900 | <= 3 | 147.3 s vs 50.9 s |" in md
+    assert "*`batching` re-measured after this run: 17:15 UTC at commit abc (the bench's batching alone)*" in md
+    assert "`step_time` re-measured" not in md
+
+
 def test_the_index_table_gives_build_look_up_and_the_10_gb_figure() -> None:
     from bench.report import _index
 
