@@ -196,9 +196,23 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor,
     at the target, never below it.
     """
     rows = student_logits[mask]
+    per_token, norm = _kl_rows(target, rows)
+    if token_weight > 0 and next_ids is not None and target.actual is not None:
+        mine = rows.gather(-1, next_ids[mask][:, None]).squeeze(-1) - norm
+        per_token = per_token + token_weight * (mine - target.actual).square()
+    full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
+    full[mask] = per_token
+    return sequence_mean(full, mask)
+
+
+def _kl_rows(target: Dist, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, KL(target || softmax(rows)) for student logits `rows` (N, V), and the rows'
+    log-normaliser.
+
+    KL = sum p (log p - log q) with log q = logits - logsumexp(logits): the student's full
+    log-softmax is never built (one pass for its normaliser, one weighted sum), the same value.
+    """
     p, mass, plogp = target.weights()
-    # KL = sum p (log p - log q) with log q = logits - logsumexp: the student's full log-softmax
-    # is never built (one pass for its normaliser, one weighted sum), the same value.
     norm = torch.logsumexp(rows, dim=-1)
     if target.indices is not None and target.tail is not None:
         picked = rows.gather(-1, target.indices) - norm[:, None]
@@ -206,13 +220,7 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor,
         cross = (p[:, :-1] * picked).sum(-1) + p[:, -1] * rest
     else:
         cross = (p * rows).sum(-1) - mass * norm
-    per_token = plogp - cross
-    if token_weight > 0 and next_ids is not None and target.actual is not None:
-        mine = rows.gather(-1, next_ids[mask][:, None]).squeeze(-1) - norm
-        per_token = per_token + token_weight * (mine - target.actual).square()
-    full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
-    full[mask] = per_token
-    return sequence_mean(full, mask)
+    return plogp - cross, norm
 
 
 # ------------------------------------------------------------------ forward passes
@@ -880,7 +888,7 @@ def batch_states(batch: Batch, targets: Sequence[RecordTarget]) -> tuple[torch.T
 
 def latent_loss(hidden_states: Sequence[torch.Tensor], cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
                 lens: Lens | None = None,
-                readings: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+                readings: dict[int, Dist] | None = None) -> torch.Tensor:
     """How far the student's residual states at the subject's positions are from the stranger's.
 
     Without a lens: the mean relative squared distance of the states, every layer.  With one:
@@ -897,25 +905,21 @@ def latent_loss(hidden_states: Sequence[torch.Tensor], cached: tuple[torch.Tenso
     readings = readings if readings is not None else lens_readings(cached, lens)
     losses = []
     for layer, translator in lens.layers.items():
-        probability, plogp = readings[layer]
         logits = lens.read(hidden_states[layer][rows, cols].float(), translator)
-        # sum p (log p - log q), log q = logits - logsumexp(logits), as `kl_to_target` computes it
-        cross = (probability * logits).sum(-1) - torch.logsumexp(logits, dim=-1)
-        losses.append((plogp - cross).mean())
+        losses.append(_kl_rows(readings[layer], logits)[0].mean())
     return torch.stack(losses).mean() if losses else teacher.new_zeros(())
 
 
 @torch.no_grad()
 def lens_readings(cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-                  lens: Lens) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer the lens reads, the next-token probabilities it reads off the cached
-    (stranger's) states and their sum p log p per position: the latent loss's fixed side."""
+                  lens: Lens) -> dict[int, Dist]:
+    """Per layer the lens reads, the next-token distribution it reads off the cached
+    (stranger's) states: the latent loss's fixed side (its KL weights computed here, once)."""
     teacher = cached[2]
     out = {}
     for layer, translator in lens.layers.items():
-        target = F.log_softmax(lens.read(teacher[:, layer - 1].float(), translator), dim=-1)
-        probability = target.exp()
-        out[layer] = (probability, torch.where(probability > 0, probability * target, 0.0).sum(-1))
+        out[layer] = Dist(F.log_softmax(lens.read(teacher[:, layer - 1].float(), translator), dim=-1))
+        out[layer].weights()
     return out
 
 
