@@ -23,6 +23,14 @@ EXTRA_ROWS = (
 ORACLE = "retrain-oracle"
 
 
+def _relearn(m: dict[str, Any]) -> str:
+    """The relearning reading the newest policy decides on (against strangers relearning the same
+    records, "subject / strangers"), else the older one of a report measured before it."""
+    if "attack.relearn_paired_recovery" in m:
+        return f"{fmt(m.get('attack.relearn_paired_recovery'))} / {fmt(m.get('attack.relearn_paired_stranger'))}"
+    return fmt(m.get("attack.relearn_recovery"))
+
+
 def fmt(value: Any, digits: int = 3) -> str:
     """A figure for the page: mean ± sd, a number, or "not measured: reason"."""
     if value is None:
@@ -429,7 +437,7 @@ def _shape_rows(rows: list[list[str]], case: dict[str, Any], names: Sequence[str
             f"{fmt(m.get('mia.auc'))} / {fmt(m.get('mia.zlib_auc'))} / {fmt(m.get('mia.span_auc'))}",
             fmt(m.get("latent.paired_ratio", m.get("latent.value_ratio", m.get("latent.residual_ratio")))),
             fmt(m.get("utility.retain_ratio")),
-            fmt(m.get("attack.relearn_recovery")), fmt(m.get("attack.quant4_leakage")),
+            _relearn(m), fmt(m.get("attack.quant4_leakage")),
             "; ".join(r["failed"]) or "-",
         ])
         if r.get("changed"):

@@ -8,11 +8,13 @@ from typing import Any
 
 from deletion.domain.models import Checkpoint, VerificationResult
 
-# (label, metric before erasure, metric after, the control level: people never trained on)
+# (label, metric before erasure, metric after, the control level: people never trained on).
+# Several readings: the first one a result holds (the newest policy's first), with its own control level.
 CHART_GROUPS = (
     ("Surface leakage", "leakage.base_forget", "leakage.forget", "leakage.control"),
     ("Leakage after 8-bit quantisation", "leakage.base_forget", "attack.quant_leakage", "leakage.control"),
-    ("Facts recovered by relearning", None, "attack.relearn_recovery", None),
+    ("Facts recovered by relearning", None, ("attack.relearn_paired_recovery", "attack.relearn_recovery"),
+     ("attack.relearn_paired_stranger", "attack.relearn_control")),
     # The reading the newest policy decides on first; earlier rounds have older readings only.
     ("Residual latent knowledge", None, ("latent.paired_ratio", "latent.value_ratio", "latent.residual_ratio"),
      None),
@@ -41,9 +43,12 @@ def verification_chart(results: Sequence[VerificationResult]) -> dict[str, Any] 
     rows: list[dict[str, Any]] = []
     for label, before_key, after_key, control_key in CHART_GROUPS:
         after_keys = after_key if isinstance(after_key, tuple) else (after_key,)
-        after = next((values[k] for k in after_keys if k in values), None)
-        if after is None:
+        found = next((i for i, k in enumerate(after_keys) if k in values), None)
+        if found is None:
             continue
+        after = values[after_keys[found]]
+        # A tuple of control levels pairs with the readings: the found reading's own level.
+        control_key = control_key[found] if isinstance(control_key, tuple) else control_key
         before = values.get(before_key) if before_key else None
         control = values.get(control_key) if control_key else None
         y = 10 + len(rows) * ROW_HEIGHT

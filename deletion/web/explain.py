@@ -39,6 +39,9 @@ MEASURES: dict[str, tuple[str, str]] = {
     "attack.relearn_recovery": ("how many of the subject's facts come back after a few steps of "
                                 "fine-tuning on the others (a relearning attack)",
                                 "the same attack on people the model never saw"),
+    "attack.relearn_paired_recovery": ("how many of the subject's facts come back after a few steps of "
+                                       "fine-tuning on the others (a relearning attack)",
+                                       "the same attack on the same records told about a stranger"),
     "attack.relearn_curve": ("how quickly the subject's facts come back under a relearning attack",
                              "the same attack on people the model never saw"),
     "attack.quant_leakage": ("the share of erased facts an 8-bit copy of the model still gives away",

@@ -41,7 +41,7 @@ def test_a_relearning_failure_switches_the_resolved_asu_settings_to_a_refreshed_
     hp = methods.hparams_from_json("asu", {}).resolved(1).to_json()
     assert hp["teacher_refresh"] == 0 and hp["stranger_anchor"] is False
     stronger = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hp,
-                               failed_checks=_failed("attack.relearn_recovery"))
+                               failed_checks=_failed("attack.relearn_paired_recovery"))
     assert stronger is not None
     assert stronger["teacher_refresh"] > 0 and stronger["stranger_anchor"] is True
     methods.hparams_from_json("asu", stronger).validate()  # the retry's settings are valid ASU settings

@@ -111,7 +111,7 @@ def test_a_gpt2_model_with_a_byte_level_tokenizer_forgets_a_person_of_a_free_tex
             check["value"] is not None and math.isfinite(check["value"])), check["metric"]
     assert all(c["rule"] for c in report["checks"] if c["status"] == "unmeasured")
     # Forgotten at the surface and under attack, with everyone else kept.
-    for metric in ("leakage.forget", "attack.quant_leakage", "attack.quant4_leakage", "attack.relearn_recovery",
+    for metric in ("leakage.forget", "attack.quant_leakage", "attack.quant4_leakage", "attack.relearn_paired_recovery",
                    "utility.retain_ratio", "fluency.content_paired_gibberish_rate"):
         judged = [c for c in report["checks"] if c["metric"] == metric]  # both sides where two-sided
         assert judged and all(c["passed"] for c in judged), (metric, judged)

@@ -117,7 +117,7 @@ def test_the_base_model_fails_verification_for_a_subject_it_memorised(base_repor
     assert m["leakage.forget"] > m["leakage.control"] + 0.2
     failed = {c.metric for c in base_report.failed_checks}
     assert {"leakage.forget", "leakage.forget_sampled", "latent.paired_ratio", "mia.auc_gap",
-            "attack.relearn_recovery", "attack.quant_leakage", "attack.quant4_leakage"} <= failed
+            "attack.relearn_paired_recovery", "attack.quant_leakage", "attack.quant4_leakage"} <= failed
     # Upper bounds fail; the "not below strangers" bounds hold (it knows more, not less).
     upper, lower = _checks(base_report, "leakage.forget")
     assert (upper.comparator, upper.passed, lower.comparator, lower.passed) == ("<=", False, ">=", True)
@@ -144,7 +144,7 @@ def test_a_full_run_measures_every_check_with_finite_values(base_report: Report,
         assert check.value is not None and math.isfinite(check.value), check
         assert check.threshold is not None and math.isfinite(check.threshold), check
     assert base_report.passed is all(c.passed for c in base_report.checks if c.decides_pass)
-    assert base_report.policy == {"name": "default", "version": "6"}
+    assert base_report.policy == {"name": "default", "version": "7"}
     assert base_report.settings == asdict(SETTINGS)
     assert base_report.details["control_kind"] == CONTROL_CORPUS
     assert base_report.details["forget_records"] > 0 and base_report.details["control_records"] == 60
@@ -161,7 +161,7 @@ def test_a_model_retrained_without_the_subject_passes_the_forgetting_checks(
     assert retrained_report.unmeasured == {}
     assert m["leakage.forget"] < base_report.metrics["leakage.forget"] - 0.3
     for metric in ("leakage.forget", "leakage.forget_sampled", "latent.paired_ratio", "mia.auc_gap",
-                   "mia.span_auc_gap", "attack.relearn_recovery", "attack.quant_leakage",
+                   "mia.span_auc_gap", "attack.relearn_paired_recovery", "attack.quant_leakage",
                    "attack.quant4_leakage", "attack.pressure_leakage", "utility.retain_ratio",
                    "utility.ppl_ratio", "fluency.content_paired_gibberish_rate", "fluency.content_stranger_gibberish_rate",
                    "fluency.degenerate_rate"):
@@ -206,7 +206,7 @@ def test_without_a_control_corpus_the_controls_are_counterfactual_strangers(
     # The same probes, names swapped: as many control probes as forget probes survive.
     assert report.metrics["leakage.n_control_probes"] <= report.metrics["leakage.n_forget_probes"]
     assert {k: v for k, v in report.unmeasured.items() if k.startswith("attack.")} == {
-        k: NOT_COMPUTED for k in ("attack.relearn_recovery", "attack.quant_leakage",
-                                  "attack.quant4_leakage", "attack.pressure_leakage")}
+        k: NOT_COMPUTED for k in ("attack.relearn_recovery", "attack.relearn_paired_recovery",
+                                  "attack.quant_leakage", "attack.quant4_leakage", "attack.pressure_leakage")}
     assert seen and seen[-1].stage == "verify" and seen[-1].step == seen[-1].total
     assert [p.step for p in seen] == sorted(p.step for p in seen)

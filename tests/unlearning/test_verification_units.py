@@ -24,7 +24,7 @@ import pytest
 
 from unlearning.corpus import load_corpus
 from unlearning.demo.corpus import load_people
-from unlearning.identifiers import find_spans
+from unlearning.identifiers import find_spans, record_texts
 from unlearning.probes import Probe
 from unlearning.sets import ErasureSets, Subject, build_sets
 from unlearning.verification import (
@@ -316,8 +316,8 @@ def test_an_unmeasured_metric_passes_only_for_the_reasons_its_check_accepts() ->
         assert result.rule == f"{reason}: {'passes' if passes else 'fails'}"
     pressure = _by_name(DEFAULT_POLICY.judge({}, {"attack.pressure_leakage": NO_QUESTIONS}))
     assert pressure["prompt-pressure attack"].passed
-    relearn = _by_name(DEFAULT_POLICY.judge({}, {"attack.relearn_recovery": NO_QUESTIONS}))
-    assert not relearn["relearning attack (highest point of the recovery curve)"].passed
+    relearn = _by_name(DEFAULT_POLICY.judge({}, {"attack.relearn_paired_recovery": NO_QUESTIONS}))
+    assert not relearn[RELEARN_V7].passed
 
 
 def test_a_missing_metric_is_skipped_for_bare_metrics_and_failed_when_the_suite_judges() -> None:
@@ -405,7 +405,7 @@ def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() ->
     assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") == v1
     assert get_policy("strict-test") == v2 != v1
-    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "6"
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "7"
     assert get_policy("default", "1").version == "1"
     with pytest.raises(ValueError, match="already exists"):
         register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
@@ -499,7 +499,8 @@ def test_escalation_applies_the_cure_of_each_failed_check() -> None:
 
 
 def test_a_relearning_failure_turns_on_the_refreshed_teacher_with_anchored_strangers() -> None:
-    relearned = [c for c in DEFAULT_POLICY.judge({"attack.relearn_recovery": 1.0, "attack.relearn_control": 0.0})
+    relearned = [c for c in DEFAULT_POLICY.judge({"attack.relearn_paired_recovery": 1.0,
+                                                   "attack.relearn_paired_stranger": 0.0})
                  if not c.passed]
     assert relearned
     hparams = {"steps": 100, "forget_weight": 1.0, "teacher_refresh": 0, "stranger_anchor": False,
@@ -508,7 +509,7 @@ def test_a_relearning_failure_turns_on_the_refreshed_teacher_with_anchored_stran
     assert stronger is not None
     assert stronger["teacher_refresh"] == 50 and stronger["stranger_anchor"] is True
     assert stronger["steps"] == 200  # the attack cure as well
-    assert "attack.relearn_recovery failed: stranger_anchor False -> True (set)" in stronger["escalation"]
+    assert "attack.relearn_paired_recovery failed: stranger_anchor False -> True (set)" in stronger["escalation"]
     # Already on, or a method without those fields: nothing set, nothing noted.
     on = policy_escalate(DEFAULT_POLICY, method="asu", failed_checks=relearned,
                          hparams={**hparams, "teacher_refresh": 50, "stranger_anchor": True})
@@ -863,7 +864,7 @@ def test_policy_v4_judges_fluency_over_content_tokens_with_v3s_thresholds() -> N
 
 def test_policy_v6_judges_latent_traces_against_the_subjects_own_values_about_strangers() -> None:
     v5, v6 = get_policy("default", "5"), get_policy("default", "6")
-    assert DEFAULT_POLICY is v6
+    assert get_policy("default", "6") is v6 and DEFAULT_POLICY.version == "7"
     changed = {(a.metric, b.metric) for a, b in zip(v5.checks, v6.checks, strict=True) if a != b}
     assert changed == {("latent.value_ratio", "latent.paired_ratio"),
                        ("gates_off.latent.value_ratio", "gates_off.latent.paired_ratio")}
@@ -974,6 +975,52 @@ def test_a_control_corpus_is_read_in_either_layout(tiny_corpus_dir: Path, tiny_s
     counterfactual, _ = build_bank(tiny_sets, control=None, corpus=None, heldout=None, settings=VerifySettings(),
                                    seed=0)
     assert counterfactual.latent_strangers == counterfactual.control.facts
+
+
+RELEARN_V7 = "relearning attack, against strangers relearning the same records (highest gap of the curves)"
+
+
+def test_the_relearning_null_is_the_subjects_records_retold_about_one_stranger_each(
+    tiny_corpus_dir: Path, tiny_sets: ErasureSets,
+) -> None:
+    bank, _ = build_bank(tiny_sets, control=tiny_corpus_dir / "control_records.jsonl",
+                         corpus=tiny_corpus_dir / "corpus.jsonl", heldout=None, settings=VerifySettings(), seed=0)
+    twins = bank.relearn_strangers
+    assert twins is not None and len(twins.records) == len(bank.forget.records)
+    subject_names = {tiny_sets.subjects[0].name, *tiny_sets.subjects[0].aliases}
+    texts = [" ".join(record_texts(r)) for r in twins.records]
+    assert not any(n in t for t in texts for n in subject_names)
+    # One stranger for all of a subject's records, so facts shared by two records stay shared.
+    assert len(set(twins.persons)) == len(tiny_sets.subjects)
+    # Every probe of a forget record is asked of its twin, about the stranger.
+    twin_of = {r.id: t.id for r, t in zip(bank.forget.records, twins.records, strict=True)}
+    asked = {}
+    for probe in bank.forget.probes:
+        asked[twin_of[probe.record_id]] = asked.get(twin_of[probe.record_id], 0) + 1
+    theirs = {}
+    for probe in twins.probes:
+        theirs[probe.record_id] = theirs.get(probe.record_id, 0) + 1
+    assert theirs and set(theirs) <= set(asked)
+    assert sum(theirs.values()) >= sum(asked.values()) // 2
+    assert not any(n in p.prompt for p in twins.probes for n in subject_names)
+
+
+def test_policy_v7_judges_relearning_against_strangers_relearning_the_same_records() -> None:
+    metrics = {"attack.relearn_recovery": 1.0, "attack.relearn_control": 0.0,
+               "attack.relearn_recovery.stderr": 0.05,
+               "attack.relearn_paired_recovery": 1.0, "attack.relearn_paired_stranger": 1.0,
+               "attack.relearn_paired_recovery.stderr": 0.05}
+    v6 = _by_name(get_policy("default", "6").judge(metrics))
+    v7 = _by_name(get_policy("default", "7").judge(metrics))
+    assert DEFAULT_POLICY.version == "7"
+    assert not v6["relearning attack (highest point of the recovery curve)"].passed
+    assert v7[RELEARN_V7].passed  # the strangers learnt it from the same records: no recovery
+    assert "relearning attack (highest point of the recovery curve)" not in v7
+    ahead = _by_name(DEFAULT_POLICY.judge({**metrics, "attack.relearn_paired_stranger": 0.5}))
+    assert not ahead[RELEARN_V7].passed  # the subject's facts came back faster than the strangers'
+    # Every other check of v6 is v7's unchanged.
+    others = [c for c in get_policy("default", "6").checks if c.metric != "attack.relearn_recovery"]
+    assert others == [c for c in DEFAULT_POLICY.checks if c.metric != "attack.relearn_paired_recovery"]
 
 
 def test_questions_about_names_in_scripts_without_case_share_a_slot() -> None:

@@ -26,6 +26,16 @@ def test_no_chart_without_measurements_and_values_are_clamped():
     assert chart["rows"][0]["after_w"] == BAR_WIDTH
 
 
+def test_the_relearning_row_draws_the_newest_reading_against_its_own_strangers():
+    paired = verification_chart([_result("attack.relearn_paired_recovery", 0.5, {"metrics": {
+        "attack.relearn_paired_stranger": 0.25, "attack.relearn_recovery": 0.9, "attack.relearn_control": 0.0}})])
+    (row,) = [r for r in paired["rows"] if r["label"] == "Facts recovered by relearning"]
+    assert row["after"] == 0.5 and row["control"] == 0.25
+    older = verification_chart([_result("attack.relearn_recovery", 0.9, {"metrics": {"attack.relearn_control": 0.1}})])
+    (row,) = older["rows"]
+    assert row["after"] == 0.9 and row["control"] == 0.1
+
+
 def _checkpoint(id_, version, parent_id, status):
     return SimpleNamespace(id=id_, version=version, parent_id=parent_id, status=status, digest="d" * 64)
 

@@ -122,7 +122,7 @@ def test_a_model_of_ones_own_on_free_text_gets_a_request_certified_end_to_end(
     # Every family was measured on free text (or named why not), none is NaN.
     assert all(v is None or math.isfinite(v) for v in metrics.values())
     for family in ("leakage.forget", "mia.auc", "mia.span_auc", "latent.value_ratio", "utility.retain_ratio",
-                   "attack.relearn_recovery", "attack.quant4_leakage"):
+                   "attack.relearn_recovery", "attack.relearn_paired_recovery", "attack.quant4_leakage"):
         assert family in metrics or family in report["unmeasured"], family
     assert metrics["leakage.forget"] < metrics["leakage.base_forget"]  # it forgot something at least
     for secret in (person.name, person.email, person.phone):

@@ -100,6 +100,11 @@ class ProbeBank:
     # The subject's own facts asked about strangers (the same values, the same perturbations):
     # the latent check's null in policy v6, where a value's popularity in the corpus cancels.
     latent_strangers: tuple[Fact, ...] = ()
+    # The forget records and probes, one to one and in the same order, about one stranger per
+    # subject (a fresh identity, the same values): the relearning attack's null in policy v7,
+    # trained and asked the same way, so that facts a record shares with another are learnt
+    # from it by a model that never saw the person as well.
+    relearn_strangers: Side | None = None
 
     def stranger_probes(self) -> tuple[Probe, ...]:
         """Each forget probe asked about its stranger (`stranger_maps`): the subject's own
@@ -416,6 +421,10 @@ def build_bank(
                                                variants=1, purpose="latent", tokenizer=tokenizer)
         latent_strangers = _facts(latent_groups, pool, seed, frequencies)
 
+    relearn_strangers, _ = counterfactual_side(
+        sets, forget_records, forget_probes, names_from=retain_pool, seed=seed, variants=1,
+        purpose="relearn", tokenizer=tokenizer)
+
     if heldout is not None and Path(heldout).is_file():
         texts = load_heldout(heldout, max_texts=s.max_heldout)
     else:
@@ -426,6 +435,7 @@ def build_bank(
         retain_records=tuple(_sample(retain_pool, s.max_lens_records, f"{seed}:lens")),
         stranger_maps=tuple(stranger_maps),
         heldout_texts=texts, control_source=source, control_kind=kind, latent_strangers=latent_strangers,
+        relearn_strangers=relearn_strangers,
     )
     return bank, notes
 

@@ -72,7 +72,7 @@ after 10 and 30 steps reads 0.82 and 0.19, gradient difference -0.73 (below
 strangers: it fails the lower bound), so the reading still ranks a half-erased
 model as knowing.
 
-`default` v6 (the default) differs from v5 in the latent checks' null only
+`default` v6 differs from v5 in the latent checks' null only
 (`latent.paired_ratio` for `latent.value_ratio`, thresholds unchanged): the
 subject's own facts asked about strangers (a fresh identity, the same values,
 the same perturbations: `ProbeBank.latent_strangers`) instead of the control
@@ -85,6 +85,17 @@ four true values to only 0.15 of the perturbations whoever it is asked about,
 and 0.10 against the same facts about strangers).  Asked about a stranger, the
 value's popularity is the same, and what is left is whether the model ties the
 value to the person.
+
+`default` v7 (the default) differs from v6 in the relearning check only
+(`attack.relearn_paired_recovery` against `attack.relearn_paired_stranger`,
+margin and noise unchanged): the same attack run on a copy trained on the
+subject's records retold about one stranger each (`ProbeBank.relearn_strangers`),
+compared budget by budget.  v6 compared with control people who were never
+trained on, and where two records state the same fact, fine-tuning on one
+teaches it for whoever it is about: on a corpus of that shape the model
+retrained without the person "recovered" 1.0 of the held-back facts against 0.0
+and failed v6; against strangers relearning the same records it reads 0.5
+against 0.0 and passes, while the base still fails (docs/verification.md).
 """
 
 from __future__ import annotations
@@ -429,12 +440,27 @@ def _v6_checks() -> tuple[CheckSpec, ...]:
                  for spec in DEFAULT_POLICY_V5.checks)
 
 
-DEFAULT_POLICY = Policy(name="default", version="6", checks=_v6_checks(), escalation=_COMMON_ESCALATION)
+DEFAULT_POLICY_V6 = Policy(name="default", version="6", checks=_v6_checks(), escalation=_COMMON_ESCALATION)
+
+
+def _v7_checks() -> tuple[CheckSpec, ...]:
+    """v6's checks with the relearning curve judged against strangers relearning the same records."""
+    checks = []
+    for spec in DEFAULT_POLICY_V6.checks:
+        if spec.metric == "attack.relearn_recovery":
+            spec = replace(spec, name="relearning attack, against strangers relearning the same records "
+                                      "(highest gap of the curves)",
+                           metric="attack.relearn_paired_recovery", baseline="attack.relearn_paired_stranger")
+        checks.append(spec)
+    return tuple(checks)
+
+
+DEFAULT_POLICY = Policy(name="default", version="7", checks=_v7_checks(), escalation=_COMMON_ESCALATION)
 
 _REGISTRY: dict[tuple[str, str], Policy] = {
     (p.name, p.version): p
     for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY_V3, DEFAULT_POLICY_V4, DEFAULT_POLICY_V5,
-              DEFAULT_POLICY)
+              DEFAULT_POLICY_V6, DEFAULT_POLICY)
 }
 
 

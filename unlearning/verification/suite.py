@@ -524,6 +524,42 @@ def _mia_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: P
         clock.unmeasurable("mia.span_auc_gap", NO_SPANS, "no identifying span in the records")
 
 
+def _paired_relearning(m: dict[str, float], cand: _Loaded, bank: ProbeBank,
+                       subject_curve: dict[int, tuple[Rate, Rate]], train_ids: set[str], held: set[str],
+                       s: VerifySettings, seed: int, clock: _Clock) -> None:
+    """The same attack on strangers told the subject's facts (`ProbeBank.relearn_strangers`):
+    a copy trained on their half of the records, asked about their other half.
+
+    Where a held-back record states a fact that a trained-on record states too (an e-mail
+    address in a biography and in a contact note), fine-tuning teaches it whoever it is
+    about: a model that never saw the subject "recovers" it as well.  What a suppressed
+    model has and an erased one lacks is recovery beyond that, so the curve compared is the
+    subject's minus the strangers' at each budget, and the reported point is its highest.
+    """
+    twins = bank.relearn_strangers
+    if twins is None or len(twins.records) != len(bank.forget.records):
+        clock.unmeasurable("attack.relearn_paired_recovery", NOT_COMPUTED,
+                           "no strangers told the subject's records in this probe bank")
+        return
+    twin_of = {r.id: t.id for r, t in zip(bank.forget.records, twins.records, strict=True)}
+    twin_train = [t for r, t in zip(bank.forget.records, twins.records, strict=True) if r.id in train_ids]
+    twin_held = {twin_of[i] for i in held}
+    twin_probes = [p for p in twins.probes if p.record_id in twin_held]
+    if not twin_probes:
+        clock.unmeasurable("attack.relearn_paired_recovery", NOT_COMPUTED,
+                           "the strangers' copies of the held-back records hold no value to ask about")
+        return
+    gaps: list[tuple[float, Rate, Rate]] = []
+    for steps, attacked in relearn_curve(cand.model, cand.tokenizer, twin_train, s.relearn, seed=seed):
+        rs = _leak(replace(cand, model=attacked), twin_probes, s, seed)
+        m[f"attack.relearn_stranger.{steps}"] = rs.value
+        rf = subject_curve[steps][0]
+        gaps.append((rf.value - rs.value, rf, rs))
+    _, rf, rs = max(gaps, key=lambda gap: gap[0])
+    _rates(m, "attack.relearn_paired_recovery", rf, rs)
+    m["attack.relearn_paired_stranger"] = rs.value
+
+
 def _attack_families(m: dict[str, float], cand: _Loaded, bank: ProbeBank, s: VerifySettings, seed: int,
                      clock: _Clock) -> None:
     fp, cp = bank.forget.probes, bank.control.probes
@@ -531,21 +567,22 @@ def _attack_families(m: dict[str, float], cand: _Loaded, bank: ProbeBank, s: Ver
         train_ids, held = split_records([r.id for r in bank.forget.records], seed=seed)
         probes = [p for p in fp if p.record_id in held]
         if not train_ids or not probes:
-            clock.unmeasurable("attack.relearn_recovery", TOO_FEW_RECORDS,
-                               f"{len(bank.forget.records)} forget record(s): nothing to train on and hold out")
+            for metric in ("attack.relearn_recovery", "attack.relearn_paired_recovery"):
+                clock.unmeasurable(metric, TOO_FEW_RECORDS,
+                                   f"{len(bank.forget.records)} forget record(s): nothing to train on and hold out")
         else:
             train = [r for r in bank.forget.records if r.id in train_ids]
-            best: tuple[float, Rate, Rate] | None = None
+            subject_curve: dict[int, tuple[Rate, Rate]] = {}
             for steps, attacked in relearn_curve(cand.model, cand.tokenizer, train, s.relearn, seed=seed):
                 a = replace(cand, model=attacked)
                 rf, rc = _leak(a, probes, s, seed), _leak(a, cp, s, seed)
                 m[f"attack.relearn.{steps}"] = rf.value
                 m[f"attack.relearn_control.{steps}"] = rc.value
-                if best is None or rf.value - rc.value > best[0]:
-                    best = (rf.value - rc.value, rf, rc)
-            if best is not None:
-                _rates(m, "attack.relearn_recovery", best[1], best[2])
-                m["attack.relearn_control"] = best[2].value
+                subject_curve[steps] = (rf, rc)
+            best = max(subject_curve.values(), key=lambda pair: pair[0].value - pair[1].value)
+            _rates(m, "attack.relearn_recovery", *best)
+            m["attack.relearn_control"] = best[1].value
+            _paired_relearning(m, cand, bank, subject_curve, train_ids, held, s, seed, clock)
     for name, make in (("quant", quantised_copy),
                        ("quant4", lambda model: quantised4_copy(model, group_size=s.quant4_group_size))):
         with clock.check(f"attack.{name}"):
@@ -598,8 +635,8 @@ def _run_families(
             clock.notes.append("fluency about the subject: no question or chat probes to calibrate "
                                "plausibility on; only empty and looping answers count as gibberish")
     if not s.attacks:
-        for metric in ("attack.relearn_recovery", "attack.quant_leakage", "attack.quant4_leakage",
-                       "attack.pressure_leakage"):
+        for metric in ("attack.relearn_recovery", "attack.relearn_paired_recovery", "attack.quant_leakage",
+                       "attack.quant4_leakage", "attack.pressure_leakage"):
             clock.unmeasurable(metric, NOT_COMPUTED, "attacks switched off in the verification settings")
         return m
     _attack_families(m, cand, bank, s, seed, clock)
