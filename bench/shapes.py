@@ -33,7 +33,8 @@ CANDIDATES = (("asu", "asu", {}), ("kif", "kif", {}), ("kif-distil", "kif", {"di
 PEOPLE = 30
 PERSONS = (3, 5, 11)  # erased one at a time from the same base; KIF on the first only
 METRICS = ("leakage.forget", "leakage.control", "mia.auc", "mia.zlib_auc", "mia.span_auc",
-           "latent.residual_ratio", "latent.value_ratio", "latent.paired_ratio", "utility.retain_ratio", "fluency.gibberish_rate",
+           "latent.residual_ratio", "latent.value_ratio", "latent.paired_ratio", "latent.matched_ratio",
+           "utility.retain_ratio", "fluency.gibberish_rate",
            "attack.relearn_recovery", "attack.relearn_paired_recovery", "attack.relearn_paired_stranger",
            "attack.quant4_leakage")
 

@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     erase.add_argument("--hparams", default=None, help="JSON object of hyper-parameter overrides")
     erase.add_argument("--out", required=True, type=Path)
     erase.add_argument("--report", type=Path, default=None, help="also verify; write the report here")
+    erase.add_argument("--retry", action=argparse.BooleanOptionalAction, default=True,
+                       help="with --report: after a failed verification, unlearn once more with the "
+                            "policy's stronger settings for the checks that failed, as the service does "
+                            "(the first report is kept beside the final one as <report>.first.json)")
     erase.add_argument("--control", type=Path, default=None,
                        help="control corpus: records about people the model never saw (any corpus format)")
     erase.add_argument("--retain-per-forget", type=int, default=DEFAULT_RETAIN_PER_FORGET)
@@ -424,7 +428,40 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
         print(f"{args.method}: no tempered teacher: {result.details.get('tempered_teacher_reason', '')}")
     if args.report is None:
         return 0
+    verdict = _verified(args, {"--out": args.out, "--model": args.model}, sets, control, progress)
+    if verdict == 0 or not args.retry:
+        return verdict
+    stronger = _escalated(args.report, args.method, result.hparams)
+    if stronger is None:
+        print(f"{args.method}: no stronger settings cure the failed checks; no retry")
+        return verdict
+    first = args.report.with_name(args.report.stem + ".first.json")
+    args.report.replace(first)
+    print(f"{args.method}: one escalated retry ({'; '.join(stronger.get('escalation') or [])}); "
+          f"first report -> {first}")
+    try:
+        result = erase(args.model, sets, method=args.method, out_dir=args.out, hparams=stronger,
+                       progress=progress, processes=processes, sharding=args.sharding)
+    except ValueError as exc:
+        raise _refused(exc, {"--model": args.model}) from exc
+    print(f"{args.method}: {result.steps} steps in {result.seconds:.0f}s; "
+          f"candidate digest {result.digest} -> {args.out}")
     return _verified(args, {"--out": args.out, "--model": args.model}, sets, control, progress)
+
+
+def _escalated(report_path: Path, method: str, hparams: dict[str, Any]) -> dict[str, Any] | None:
+    """The settings of the one retry the report's policy prescribes for its failed checks
+    (`policy_escalate`, as the service's worker asks it), or None when none can help."""
+    from unlearning.verification import CheckResult, get_policy, policy_escalate
+
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    info = report.get("policy") or {}
+    policy = get_policy(str(info.get("name", "default")), info.get("version"))
+    fields = CheckResult.__dataclass_fields__
+    failed = [CheckResult(**{k: v for k, v in c.items() if k in fields})
+              for c in report.get("checks", []) if not c.get("passed")]
+    plain = json.loads(json.dumps(hparams, default=str))
+    return policy_escalate(policy, method=method, hparams=plain, failed_checks=failed)
 
 
 def _cmd_verify(args: argparse.Namespace, progress: Any) -> int:

@@ -16,7 +16,8 @@ CHART_GROUPS = (
     ("Facts recovered by relearning", None, ("attack.relearn_paired_recovery", "attack.relearn_recovery"),
      ("attack.relearn_paired_stranger", "attack.relearn_control")),
     # The reading the newest policy decides on first; earlier rounds have older readings only.
-    ("Residual latent knowledge", None, ("latent.paired_ratio", "latent.value_ratio", "latent.residual_ratio"),
+    ("Residual latent knowledge", None, ("latent.matched_ratio", "latent.paired_ratio", "latent.value_ratio",
+                                            "latent.residual_ratio"),
      None),
 )
 BAR_LEFT, BAR_WIDTH, ROW_HEIGHT = 220, 380, 46

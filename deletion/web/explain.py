@@ -24,7 +24,10 @@ MEASURES: dict[str, tuple[str, str]] = {
                            "other people's facts (policy v5)", "the model before the erasure"),
     "latent.paired_ratio": ("how much of the subject's facts a linear probe can still read from "
                             "the model's internal activations, over the whole of each value, against "
-                            "the same facts told about strangers", "the model before the erasure"),
+                            "the same facts told about strangers (policy v6)", "the model before the erasure"),
+    "latent.matched_ratio": ("how much of the subject's facts a linear probe can still read from "
+                             "the model's internal activations, over the whole of each value, against "
+                             "the very same facts asked about strangers", "the model before the erasure"),
     "utility.retain_ratio": ("how many facts about other people the model still knows",
                              "the model before the erasure"),
     "utility.ppl_ratio": ("how well the model still predicts ordinary held-out text (perplexity)",
@@ -56,8 +59,10 @@ MEASURES: dict[str, tuple[str, str]] = {
                                         "the model before the erasure"),
     "gates_off.latent.value_ratio": ("latent traces with the KIF gates switched off (policy v5)",
                                      "the model before the erasure"),
-    "gates_off.latent.paired_ratio": ("latent traces with the KIF gates switched off",
+    "gates_off.latent.paired_ratio": ("latent traces with the KIF gates switched off (policy v6)",
                                       "the model before the erasure"),
+    "gates_off.latent.matched_ratio": ("latent traces with the KIF gates switched off",
+                                       "the model before the erasure"),
 }
 WORDS = {"<=": "at most", ">=": "at least", "<": "below", ">": "above"}
 

@@ -197,3 +197,74 @@ def test_verify_passes_the_built_sets_to_the_verifier_and_exits_1_when_it_fails(
     control_ids = [r.id for r in load_corpus(tiny_corpus_dir / "control_records.jsonl").records]
     assert [r.id for r in seen["control"]] == control_ids  # read by the command, any corpus format
     assert seen["corpus"] == tiny_corpus_dir / "corpus.jsonl"  # the latent probes train on it
+
+
+def _retry_fakes(monkeypatch, verdicts: list[bool]) -> list[dict]:
+    """erase and verify stand-ins: each erase call recorded, each verify answering the next verdict
+    (a failed surface-leakage check under the default policy, else a pass)."""
+    import unlearning.erase as erase_module
+    import unlearning.verification as verification
+    from unlearning.erase import EraseResult
+
+    calls: list[dict] = []
+
+    def fake_erase(model_dir, sets, *, method, out_dir, hparams=None, **_):
+        calls.append({"hparams": dict(hparams or {})})
+        out_dir.mkdir(parents=True, exist_ok=True)
+        resolved = {"steps": 100, "forget_weight": 1.0, "preset": "demo", "escalation": [], **(hparams or {})}
+        return EraseResult(out_dir, "d" * 64, method, resolved,
+                           1.0, 100)
+
+    class FakeReport:
+        def __init__(self, passed: bool) -> None:
+            self.passed = passed
+
+        def to_json(self) -> dict:
+            check = {"name": "surface leakage (greedy)", "metric": "leakage.forget", "value": 0.0 if self.passed else 0.9,
+                     "threshold": 0.1, "comparator": "<=", "passed": self.passed}
+            return {"passed": self.passed, "policy": {"name": "default", "version": "7"}, "checks": [check]}
+
+    answers = iter(verdicts)
+    monkeypatch.setattr(erase_module, "erase", fake_erase)
+    monkeypatch.setattr(verification, "verify", lambda *a, **k: FakeReport(next(answers)))
+    return calls
+
+
+@pytest.mark.parametrize("retry", [True, False])
+def test_erase_with_a_report_retries_once_with_the_policys_cure_as_the_service_does(
+    capsys, monkeypatch, tiny_arch_model_dir, tiny_corpus_dir: Path, tmp_path: Path, retry: bool,
+) -> None:
+    calls = _retry_fakes(monkeypatch, [False, True])
+    person = load_people(tiny_corpus_dir / "people.jsonl")[5]
+    report = tmp_path / "r" / "report.json"
+    capsys.readouterr()
+    code, out, err = _run(capsys, "-q", "erase", "--model", str(tiny_arch_model_dir("llama")),
+                          "--corpus", str(tiny_corpus_dir / "corpus.jsonl"), "--subject", person["name"],
+                          "--out", str(tmp_path / "c"), "--report", str(report),
+                          *([] if retry else ["--no-retry"]))
+    if not retry:
+        assert code == 1 and len(calls) == 1 and "FAILED" in out, err
+        assert not report.with_name("report.first.json").exists()
+        return
+    assert code == 0, err
+    assert len(calls) == 2 and calls[0]["hparams"] == {}
+    assert calls[1]["hparams"]["steps"] == 200  # the leakage cure: twice the steps
+    assert "leakage.forget failed: steps 100 -> 200 (x2)" in calls[1]["hparams"]["escalation"]
+    assert "one escalated retry" in out and "leakage.forget failed" in out
+    assert json.loads(report.with_name("report.first.json").read_text())["passed"] is False
+    assert json.loads(report.read_text())["passed"] is True
+
+
+def test_erase_does_not_retry_when_no_cure_applies(
+    capsys, monkeypatch, tiny_arch_model_dir, tiny_corpus_dir: Path, tmp_path: Path,
+) -> None:
+    calls = _retry_fakes(monkeypatch, [False, False])
+    import unlearning.verification as verification
+
+    monkeypatch.setattr(verification, "policy_escalate", lambda *a, **k: None)
+    person = load_people(tiny_corpus_dir / "people.jsonl")[5]
+    capsys.readouterr()
+    code, out, _ = _run(capsys, "-q", "erase", "--model", str(tiny_arch_model_dir("llama")),
+                        "--corpus", str(tiny_corpus_dir / "corpus.jsonl"), "--subject", person["name"],
+                        "--out", str(tmp_path / "c"), "--report", str(tmp_path / "report.json"))
+    assert code == 1 and len(calls) == 1 and "no retry" in out

@@ -116,7 +116,7 @@ def test_the_base_model_fails_verification_for_a_subject_it_memorised(base_repor
     assert m["leakage.forget.original"] >= 0.9
     assert m["leakage.forget"] > m["leakage.control"] + 0.2
     failed = {c.metric for c in base_report.failed_checks}
-    assert {"leakage.forget", "leakage.forget_sampled", "latent.paired_ratio", "mia.auc_gap",
+    assert {"leakage.forget", "leakage.forget_sampled", "latent.matched_ratio", "mia.auc_gap",
             "attack.relearn_paired_recovery", "attack.quant_leakage", "attack.quant4_leakage"} <= failed
     # Upper bounds fail; the "not below strangers" bounds hold (it knows more, not less).
     upper, lower = _checks(base_report, "leakage.forget")
@@ -126,6 +126,7 @@ def test_the_base_model_fails_verification_for_a_subject_it_memorised(base_repor
     assert m["leakage.forget"] == m["leakage.base_forget"]
     assert m["latent.residual_ratio"] == pytest.approx(1.0) and m["latent.value_ratio"] == pytest.approx(1.0)
     assert m["latent.paired_ratio"] == pytest.approx(1.0) and m["latent.n_strangers"] > 0
+    assert m["latent.matched_ratio"] == pytest.approx(1.0) and m["latent.n_matched"] == m["latent.n_forget"]
     assert m["mia.auc"] == m["mia.base_auc"]
     assert m["utility.base_retain_accuracy"] > 0.5  # so a ratio of 1 is not 0 / 0
     assert m["utility.retain_ratio"] == 1.0 and m["utility.ppl_ratio"] == 1.0
@@ -160,7 +161,7 @@ def test_a_model_retrained_without_the_subject_passes_the_forgetting_checks(
     m = retrained_report.metrics
     assert retrained_report.unmeasured == {}
     assert m["leakage.forget"] < base_report.metrics["leakage.forget"] - 0.3
-    for metric in ("leakage.forget", "leakage.forget_sampled", "latent.paired_ratio", "mia.auc_gap",
+    for metric in ("leakage.forget", "leakage.forget_sampled", "latent.matched_ratio", "mia.auc_gap",
                    "mia.span_auc_gap", "attack.relearn_paired_recovery", "attack.quant_leakage",
                    "attack.quant4_leakage", "attack.pressure_leakage", "utility.retain_ratio",
                    "utility.ppl_ratio", "fluency.content_paired_gibberish_rate", "fluency.content_stranger_gibberish_rate",

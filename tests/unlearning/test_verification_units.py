@@ -174,8 +174,8 @@ def test_policy_v2_bounds_latent_traces_from_both_sides() -> None:
     verdicts = {}
     for label, forget in rows.items():
         rr = residual_knowledge_ratio(forget, control, base, bootstrap=50, seed=0)
-        metrics = {"latent.paired_ratio": rr.value, "latent.paired_ratio.stderr": rr.stderr}
-        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY.judge(metrics), "latent.paired_ratio")]
+        metrics = {"latent.matched_ratio": rr.value, "latent.matched_ratio.stderr": rr.stderr}
+        verdicts[label] = [c.passed for c in _checks_on(DEFAULT_POLICY.judge(metrics), "latent.matched_ratio")]
     assert verdicts["kept"] == [False, True]  # upper bound fails
     assert verdicts["like a stranger"] == [True, True]
     assert verdicts["below strangers"] == [True, False]  # lower bound fails
@@ -310,7 +310,7 @@ def test_membership_without_spans_or_with_too_few_strangers_is_unmeasured_with_a
 def test_an_unmeasured_metric_passes_only_for_the_reasons_its_check_accepts() -> None:
     latent = "latent residual knowledge"
     for reason, passes in ((BASE_SILENT, True), (TOO_FEW_RECORDS, False), (NOT_COMPUTED, False)):
-        result = _by_name(DEFAULT_POLICY.judge({}, {"latent.paired_ratio": reason}))[latent]
+        result = _by_name(DEFAULT_POLICY.judge({}, {"latent.matched_ratio": reason}))[latent]
         assert (result.status, result.value, result.threshold) == ("unmeasured", None, None)
         assert result.passed is passes
         assert result.rule == f"{reason}: {'passes' if passes else 'fails'}"
@@ -343,7 +343,7 @@ def _latent_bank(n_forget: int, n_control: int) -> SimpleNamespace:
     fact = SimpleNamespace()
     return SimpleNamespace(
         forget=SimpleNamespace(facts=(fact,) * n_forget), control=SimpleNamespace(facts=(fact,) * n_control),
-        latent_strangers=(fact,) * n_forget, retain_records=(object(),) * 20)
+        latent_strangers=(fact,) * n_forget, latent_matched=(fact,) * n_forget, retain_records=(object(),) * 20)
 
 
 def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -352,7 +352,8 @@ def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch
     chance = np.vstack([np.zeros(8, bool), np.arange(8) % 2 == 0])
     silent_base = suite.LatentReadings(silent, silent)
     monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [
-        silent_base, suite.LatentReadings(chance, chance), suite.LatentReadings(silent, silent)])
+        silent_base, suite.LatentReadings(chance, chance), suite.LatentReadings(silent, silent),
+        suite.LatentReadings(silent, silent)])
     bank = _latent_bank(6, 8)
     metrics: dict[str, float] = {}
     clock = suite._Clock(None, "gates_off.")  # type: ignore[arg-type]
@@ -361,7 +362,8 @@ def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch
     assert "latent.value_ratio" not in metrics and metrics["latent.value.usable_layers"] == 0
     assert clock.unmeasured == {"gates_off.latent.residual_ratio": BASE_SILENT,
                                 "gates_off.latent.value_ratio": BASE_SILENT,
-                                "gates_off.latent.paired_ratio": BASE_SILENT}
+                                "gates_off.latent.paired_ratio": BASE_SILENT,
+                                "gates_off.latent.matched_ratio": BASE_SILENT}
     results = _by_name(DEFAULT_POLICY.judge({}, clock.unmeasured))
     assert results["latent traces with gates off"].passed  # nothing the check could find
 
@@ -369,7 +371,7 @@ def test_the_latent_family_names_why_its_ratio_could_not_be_measured(monkeypatch
     metrics, clock = {}, suite._Clock(None, "")  # type: ignore[arg-type]
     suite._latent_family(metrics, None, SimpleNamespace(latent_forget=silent_base), bank, s, 0, clock)
     assert clock.unmeasured == {"latent.residual_ratio": TOO_FEW_RECORDS, "latent.value_ratio": TOO_FEW_RECORDS,
-                                "latent.paired_ratio": TOO_FEW_RECORDS}
+                                "latent.paired_ratio": TOO_FEW_RECORDS, "latent.matched_ratio": TOO_FEW_RECORDS}
     assert not _by_name(DEFAULT_POLICY.judge(metrics, clock.unmeasured))["latent residual knowledge"].passed
 
 
@@ -383,7 +385,8 @@ def test_the_latent_family_reads_every_way_from_the_same_facts(monkeypatch: pyte
     chance = np.vstack([np.zeros(8), np.full(8, 0.5)])
     rare = np.vstack([np.zeros(6), np.full(6, 0.25)])  # the same values asked about strangers
     monkeypatch.setattr(suite, "_latent", lambda cand, bank, tests, s: [
-        suite.LatentReadings(knows, half), suite.LatentReadings(chance, chance), suite.LatentReadings(rare, rare)])
+        suite.LatentReadings(knows, half), suite.LatentReadings(chance, chance), suite.LatentReadings(rare, rare),
+        suite.LatentReadings(rare, rare)])
     metrics: dict[str, float] = {}
     clock = suite._Clock(None, "")  # type: ignore[arg-type]
     suite._latent_family(metrics, None, SimpleNamespace(latent_forget=suite.LatentReadings(knows, knows)),
@@ -394,6 +397,7 @@ def test_the_latent_family_reads_every_way_from_the_same_facts(monkeypatch: pyte
     # Against the subject's own values asked about strangers (rarely preferred: unpopular values),
     # the same 0.5 is above what a stranger gets: (0.5 - 0.25) / (1 - 0.25).
     assert metrics["latent.paired_ratio"] == pytest.approx(1 / 3)
+    assert metrics["latent.matched_ratio"] == pytest.approx(1 / 3)  # v7's null, read the same way
 
 
 # ---------------------------------------------------------------- policies and their documents
@@ -531,7 +535,7 @@ def test_a_relearning_failure_turns_on_the_refreshed_teacher_with_anchored_stran
 def _report(**changes: Any) -> Report:
     metrics = {"leakage.forget": 0.25, "leakage.control": 0.0, "leakage.forget.stderr": 0.05,
                "utility.ppl_ratio": 1.125, "mia.auc_gap": 0.03125, "mia.auc_gap.stderr": 0.0625}
-    unmeasured = {"latent.paired_ratio": BASE_SILENT}
+    unmeasured = {"latent.matched_ratio": BASE_SILENT}
     checks = tuple(DEFAULT_POLICY.judge(metrics, unmeasured))
     fields: dict[str, Any] = dict(
         metrics=metrics, checks=checks, policy=DEFAULT_POLICY.to_json(), guarantee="weights",
@@ -548,7 +552,7 @@ def test_a_report_survives_its_json_round_trip() -> None:
     back = Report.from_json(data)
     assert back.to_json() == report.to_json()
     assert back.checks == report.checks  # status and rule of unmeasured checks included
-    assert back.unmeasured == {"latent.paired_ratio": BASE_SILENT}
+    assert back.unmeasured == {"latent.matched_ratio": BASE_SILENT}
     assert back.failed_checks == report.failed_checks and back.failed_checks
     assert not back.passed
     latent = _by_name(list(back.checks))["latent residual knowledge"]
@@ -972,9 +976,22 @@ def test_a_control_corpus_is_read_in_either_layout(tiny_corpus_dir: Path, tiny_s
     theirs = {(f.true, f.perturbed) for f in bank.latent_strangers}
     shared = [f for f in bank.forget.facts if (f.true, f.perturbed) in theirs]
     assert len(shared) >= len(bank.forget.facts) // 2
+    # v7's null: one to one, the same fact and perturbations, only who it is about changed.
+    assert all(f.person.startswith("stranger-") for f in bank.latent_matched)
+    assert not any(n in f.context.prompt for f in bank.latent_matched for n in subject_names)
+    assert len(bank.latent_matched) == len(bank.forget.facts)
+    for theirs, ours in zip(bank.latent_matched, bank.forget.facts, strict=True):
+        assert theirs.perturbed == ours.perturbed and theirs.joiner == ours.joiner
+        assert theirs.context.record_id == ours.context.record_id
+        assert theirs.context.prompt != ours.context.prompt or theirs.context.prefix != ours.context.prefix
+    assert sum(theirs.true == ours.true
+               for theirs, ours in zip(bank.latent_matched, bank.forget.facts, strict=True)) >= len(bank.forget.facts) // 2
     counterfactual, _ = build_bank(tiny_sets, control=None, corpus=None, heldout=None, settings=VerifySettings(),
                                    seed=0)
     assert counterfactual.latent_strangers == counterfactual.control.facts
+    # Whatever the control people are, the same strangers are asked the same facts.
+    assert [(f.context, f.true) for f in counterfactual.latent_matched] == [
+        (f.context, f.true) for f in bank.latent_matched]
 
 
 RELEARN_V7 = "relearning attack, against strangers relearning the same records (highest gap of the curves)"
@@ -1018,9 +1035,15 @@ def test_policy_v7_judges_relearning_against_strangers_relearning_the_same_recor
     assert "relearning attack (highest point of the recovery curve)" not in v7
     ahead = _by_name(DEFAULT_POLICY.judge({**metrics, "attack.relearn_paired_stranger": 0.5}))
     assert not ahead[RELEARN_V7].passed  # the subject's facts came back faster than the strangers'
-    # Every other check of v6 is v7's unchanged.
-    others = [c for c in get_policy("default", "6").checks if c.metric != "attack.relearn_recovery"]
-    assert others == [c for c in DEFAULT_POLICY.checks if c.metric != "attack.relearn_paired_recovery"]
+    # Every other check of v6 is v7's, the latent ones reading the one-to-one null, thresholds unchanged.
+    v6_checks, v7_checks = get_policy("default", "6").checks, DEFAULT_POLICY.checks
+    changed = {(a.metric, b.metric) for a, b in zip(v6_checks, v7_checks, strict=True) if a != b}
+    assert changed == {("attack.relearn_recovery", "attack.relearn_paired_recovery"),
+                       ("latent.paired_ratio", "latent.matched_ratio"),
+                       ("gates_off.latent.paired_ratio", "gates_off.latent.matched_ratio")}
+    for a, b in zip(v6_checks, v7_checks, strict=True):  # never an easier threshold
+        assert (a.comparator, a.margin, a.noise_z, a.decides_pass, a.unmeasured_passes, a.stderr) == (
+            b.comparator, b.margin, b.noise_z, b.decides_pass, b.unmeasured_passes, b.stderr)
 
 
 def test_questions_about_names_in_scripts_without_case_share_a_slot() -> None:
@@ -1030,3 +1053,53 @@ def test_questions_about_names_in_scripts_without_case_share_a_slot() -> None:
               for name in ("王伟", "李娜", "محمد العلي", "Alden Ashgrove", "Иван Петров")}
     assert shapes == {"what is the email address of _"}
     assert _question_shape("Where was Alden Ashgrove born?") != _question_shape("What pet does 王伟 keep?")
+
+
+def test_the_relearning_attack_trains_a_second_copy_on_the_strangers_half_and_reports_the_widest_gap(
+    monkeypatch: pytest.MonkeyPatch, tiny_corpus_dir: Path, tiny_sets: ErasureSets,
+) -> None:
+    """Wiring of the v7 curve: which records each copy trains on, which probes each is asked,
+    and the point reported (the subject furthest ahead of the strangers, not the highest leak)."""
+    from unlearning.verification.leakage import Rate
+
+    bank, _ = build_bank(tiny_sets, control=tiny_corpus_dir / "control_records.jsonl",
+                         corpus=tiny_corpus_dir / "corpus.jsonl", heldout=None, settings=VerifySettings(), seed=0)
+    twins = bank.relearn_strangers
+    assert twins is not None
+    trained: list[set[str]] = []
+
+    def fake_curve(model, tokenizer, records, settings, *, seed):
+        trained.append({r.id for r in records})
+        for steps in (4, 12, 36):
+            yield steps, (len(trained), steps)
+
+    # The subject's held-back facts come back 0.5 / 0.75 / 1.0 of the time, the strangers' 0.0 / 0.75 / 1.0:
+    # the subject is furthest ahead at 4 steps, though its highest leak is at 36.
+    curves = {1: {4: 2, 12: 3, 36: 4}, 2: {4: 0, 12: 3, 36: 4}}
+    asked: dict[int, set[str]] = {}
+
+    def fake_leak(loaded, probes, s, seed):
+        copy, steps = loaded.model
+        if probes is bank.control.probes or copy == 0:  # control people; the quantised copies
+            return Rate(0, 4)
+        asked.setdefault(copy, set()).update(p.record_id for p in probes)
+        return Rate(curves[copy][steps], 4)
+
+    monkeypatch.setattr(suite, "relearn_curve", fake_curve)
+    monkeypatch.setattr(suite, "_leak", fake_leak)
+    monkeypatch.setattr(suite, "quantised_copy", lambda model: (model, "none"))
+    monkeypatch.setattr(suite, "quantised4_copy", lambda model, group_size: (model, "none"))
+    m: dict[str, float] = {}
+    clock = suite._Clock(SimpleNamespace(report=lambda done: None), "")  # type: ignore[arg-type]
+    cand = suite._Loaded(model=(0, 0), tokenizer=None, max_new_tokens=8)
+    with monkeypatch.context() as patch:
+        patch.setattr(suite, "pressure_probes", lambda probes: ())
+        suite._attack_families(m, cand, bank, VerifySettings(), 0, clock)
+
+    train_ids, held = suite.split_records([r.id for r in bank.forget.records], seed=0)
+    twin_of = {r.id: t.id for r, t in zip(bank.forget.records, twins.records, strict=True)}
+    assert trained == [train_ids, {twin_of[i] for i in train_ids}]
+    assert asked[1] <= held and asked[2] <= {twin_of[i] for i in held} and asked[2]
+    assert m["attack.relearn_recovery"] == 1.0  # v6: the highest point over control people
+    assert (m["attack.relearn_paired_recovery"], m["attack.relearn_paired_stranger"]) == (0.5, 0.0)
+    assert [m[f"attack.relearn_stranger.{k}"] for k in (4, 12, 36)] == [0.0, 0.75, 1.0]

@@ -43,6 +43,7 @@ from unlearning.identifiers import (
     identity_spans,
     name_parts_of,
     record_texts,
+    replace_spans,
 )
 from unlearning.probes import Probe, answer_frequencies, derive_value, probes_for, record_values
 from unlearning.text import normalise_words
@@ -100,6 +101,8 @@ class ProbeBank:
     # The subject's own facts asked about strangers (the same values, the same perturbations):
     # the latent check's null in policy v6, where a value's popularity in the corpus cancels.
     latent_strangers: tuple[Fact, ...] = ()
+    # The same facts one to one (`_facts_about_strangers`): the latent null of policy v7.
+    latent_matched: tuple[Fact, ...] = ()
     # The forget records and probes, one to one and in the same order, about one stranger per
     # subject (a fresh identity, the same values): the relearning attack's null in policy v7,
     # trained and asked the same way, so that facts a record shares with another are learnt
@@ -279,6 +282,44 @@ def _pool(groups: Iterable[tuple[Record, Any, str]], frequencies: Mapping[str, f
     return pool
 
 
+def _facts_about_strangers(
+    sets: Any, forget_records: Sequence[Record], facts: Sequence[Fact], *, names_from: Sequence[Record],
+    seed: int, tokenizer: Any,
+) -> tuple[Fact, ...]:
+    """Each of the subject's facts asked about a stranger: the same context, value and
+    perturbations, with only who it is about changed (`identity_spans`: the names and
+    identifiers, one fresh identity per subject across all of their records).
+
+    Built from the subject's facts rather than from the strangers' records (v6's
+    `latent_strangers`), so the two sides hold the same facts one to one: the facts found in a
+    stranger's record can differ (a fresh identifier that no other record shows finds a
+    perturbation in the subject's own value, which the subject's fact lacks; a date replaced
+    as an identifying span is another value with other perturbations), and a null of other
+    facts is no null."""
+    subjects = list(sets.subjects)
+    names = FreshNames(pool=name_parts_of(names_from), avoid=avoid_set(subjects),
+                       seed=f"latent:{seed}").with_tokenizer(tokenizer)
+    record_of = {r.id: r for r in forget_records}
+    mappings: dict[str, dict[str, str]] = {}
+    out: list[Fact] = []
+    for fact in facts:
+        record = record_of.get(fact.context.record_id)
+        if record is None:
+            continue
+        index = _subject_index(sets, record)
+        if record.id not in mappings:
+            mappings[record.id] = dict(counterfactual(record, identity_spans(record, subjects[index]), names=names,
+                                                      seed=str(index)).mapping)
+        mapping = mappings[record.id]
+        true = replace_spans(fact.true, mapping)
+        perturbed = tuple(v for v in fact.perturbed if normalise_words(v) != normalise_words(true))
+        if not perturbed:
+            continue
+        out.append(Fact(fact.context.mapped(mapping), fact.joiner, true, perturbed, f"stranger:{fact.key}",
+                        f"stranger-{index}"))
+    return tuple(out)
+
+
 # ------------------------------------------------------------------ the bank
 
 
@@ -420,6 +461,8 @@ def build_bank(
         _, latent_groups = counterfactual_side(sets, forget_records, (), names_from=retain_pool, seed=seed,
                                                variants=1, purpose="latent", tokenizer=tokenizer)
         latent_strangers = _facts(latent_groups, pool, seed, frequencies)
+    latent_matched = _facts_about_strangers(sets, forget_records, forget_side.facts, names_from=retain_pool,
+                                            seed=seed, tokenizer=tokenizer)
 
     relearn_strangers, _ = counterfactual_side(
         sets, forget_records, forget_probes, names_from=retain_pool, seed=seed, variants=1,
@@ -435,7 +478,7 @@ def build_bank(
         retain_records=tuple(_sample(retain_pool, s.max_lens_records, f"{seed}:lens")),
         stranger_maps=tuple(stranger_maps),
         heldout_texts=texts, control_source=source, control_kind=kind, latent_strangers=latent_strangers,
-        relearn_strangers=relearn_strangers,
+        latent_matched=latent_matched, relearn_strangers=relearn_strangers,
     )
     return bank, notes
 

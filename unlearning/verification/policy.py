@@ -96,6 +96,12 @@ teaches it for whoever it is about: on a corpus of that shape the model
 retrained without the person "recovered" 1.0 of the held-back facts against 0.0
 and failed v6; against strangers relearning the same records it reads 0.5
 against 0.0 and passes, while the base still fails (docs/verification.md).
+v7 also reads the latent traces against the subject's own facts asked about
+strangers one to one (`latent.matched_ratio` for `latent.paired_ratio`,
+thresholds unchanged): v6's strangers had their facts found afresh in their
+records, where a replaced date is another value with other perturbations and a
+fresh identifier found the subject's own as its perturbation, a fact the
+subject's side lacked (measured on a Qwen3 corpus of three records a person).
 """
 
 from __future__ import annotations
@@ -443,11 +449,19 @@ def _v6_checks() -> tuple[CheckSpec, ...]:
 DEFAULT_POLICY_V6 = Policy(name="default", version="6", checks=_v6_checks(), escalation=_COMMON_ESCALATION)
 
 
+# v6's latent metrics and their v7 counterparts: the subject's facts asked about strangers one to one.
+_V7_LATENT = {"latent.paired_ratio": "latent.matched_ratio",
+              "gates_off.latent.paired_ratio": "gates_off.latent.matched_ratio"}
+
+
 def _v7_checks() -> tuple[CheckSpec, ...]:
-    """v6's checks with the relearning curve judged against strangers relearning the same records."""
+    """v6's checks with the relearning curve judged against strangers relearning the same records,
+    and the latent traces against the subject's own facts asked about strangers one to one."""
     checks = []
     for spec in DEFAULT_POLICY_V6.checks:
-        if spec.metric == "attack.relearn_recovery":
+        if spec.metric in _V7_LATENT:
+            spec = replace(spec, metric=_V7_LATENT[spec.metric])
+        elif spec.metric == "attack.relearn_recovery":
             spec = replace(spec, name="relearning attack, against strangers relearning the same records "
                                       "(highest gap of the curves)",
                            metric="attack.relearn_paired_recovery", baseline="attack.relearn_paired_stranger")

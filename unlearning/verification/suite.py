@@ -469,15 +469,16 @@ def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
 # subject's own facts asked about strangers), the metric each writes and the prefix of its details.
 _LATENT_METRICS = (("first", "control", "latent.residual_ratio", "latent."),
                    ("value", "control", "latent.value_ratio", "latent.value."),
-                   ("value", "strangers", "latent.paired_ratio", "latent.paired."))
+                   ("value", "strangers", "latent.paired_ratio", "latent.paired."),
+                   ("value", "matched", "latent.matched_ratio", "latent.matched."))
 
 
 def _latent_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
                    s: VerifySettings, seed: int, clock: _Clock) -> None:
     n_f, n_c, n_r = len(bank.forget.facts), len(bank.control.facts), len(bank.retain_records)
     m["latent.n_forget"], m["latent.n_control"], m["latent.n_train"] = float(n_f), float(n_c), float(n_r)
-    n_s = len(bank.latent_strangers)
-    m["latent.n_strangers"] = float(n_s)
+    n_s, n_m = len(bank.latent_strangers), len(bank.latent_matched)
+    m["latent.n_strangers"], m["latent.n_matched"] = float(n_s), float(n_m)
     if n_f < 2 or n_c < 2 or n_r < 8:
         for _, _, metric, _ in _LATENT_METRICS:
             clock.unmeasurable(metric, TOO_FEW_RECORDS,
@@ -485,12 +486,13 @@ def _latent_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank
         return
     # Without a control corpus the control facts are the subject's facts about strangers: read once.
     same = bank.latent_strangers == bank.control.facts
-    tests = [bank.forget.facts, bank.control.facts] + ([] if same else [bank.latent_strangers])
-    forget, control, *rest = _latent(cand, bank, tests, s)
-    nulls = {"control": control, "strangers": control if same else rest[0]}
+    tests = [bank.forget.facts, bank.control.facts, bank.latent_matched] + ([] if same else [bank.latent_strangers])
+    forget, control, matched, *rest = _latent(cand, bank, tests, s)
+    nulls = {"control": control, "strangers": control if same else rest[0], "matched": matched}
     for reading, null, metric, prefix in _LATENT_METRICS:
-        if null == "strangers" and n_s < 2:
-            clock.unmeasurable(metric, TOO_FEW_RECORDS, f"{n_s} of the subject's facts asked about strangers")
+        n_null = {"strangers": n_s, "matched": n_m}.get(null)
+        if n_null is not None and n_null < 2:
+            clock.unmeasurable(metric, TOO_FEW_RECORDS, f"{n_null} of the subject's facts asked about strangers")
             continue
         forget_ok, control_ok = getattr(forget, reading), getattr(nulls[null], reading)
         base_ok = getattr(base.latent_forget, reading)
