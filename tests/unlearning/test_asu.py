@@ -312,6 +312,46 @@ def test_a_refreshed_teacher_recomputes_the_targets_from_the_model_being_trained
             assert not torch.equal(earlier, later)
 
 
+def test_a_refreshed_lens_is_fitted_again_on_the_model_being_trained(tiny_corpus_dir, tiny_base_model_dir, monkeypatch):
+    # A lens fixed at the start can be satisfied while a lens fitted on the result still reads the
+    # values (StableLM probe, 2026-12-05: latent loss 0.002, the verifier's reading 0.68; 0.19 refitted).
+    import unlearning.methods.asu as asu
+
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 1)])
+    full = method_input(sets)
+    data = MethodInput(forget=full.forget, retain=full.retain[: 2 * len(full.forget)], subjects=full.subjects,
+                       record_subjects=full.record_subjects, probes=full.probes, name_pool=full.name_pool)
+    fitted: list[torch.Tensor] = []
+    used: list[object] = []  # the lenses themselves: kept alive, their ids stay distinct
+    original_fit, original_loss = asu.fit_lens, asu.latent_loss
+
+    def spy_fit(model, *args, **kwargs):
+        fitted.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
+        return original_fit(model, *args, **kwargs)
+
+    def spy_loss(hidden_states, cached, lens=None, readings=None):
+        used.append(lens)
+        return original_loss(hidden_states, cached, lens, readings)
+
+    monkeypatch.setattr(asu, "fit_lens", spy_fit)
+    monkeypatch.setattr(asu, "latent_loss", spy_loss)
+    for refresh, fits in ((0, 1), (4, 3)):
+        fitted.clear()
+        used.clear()
+        torch.manual_seed(0)
+        model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+        tokenizer.padding_side = "right"
+        hp = resolve_hparams("asu", {"steps": 10, "told_answers": False, "latent_weight": 1.0,
+                                     "lens_refresh": refresh}, model, subjects=1)
+        ASU().unlearn(model, tokenizer, data, hp)
+        assert len(fitted) == fits  # before step 1, then at steps 4 and 8
+        for earlier, later in zip(fitted, fitted[1:], strict=False):
+            assert not torch.equal(earlier, later)  # fitted on the weights as trained so far
+        assert len({id(lens) for lens in used}) == fits  # and the loss reads through the newest one
+    with pytest.raises(ValueError, match="lens_refresh"):
+        resolve_hparams("asu", {"lens_refresh": -1}, torch.nn.Linear(2, 2), subjects=1)
+
+
 def test_presets_resolve_by_model_size_and_the_callers_values_win():
     small, values = preset_values("auto", 1_000_000)
     large, _ = preset_values("auto", 10_000_000_000)

@@ -62,3 +62,24 @@ def test_a_leak_or_whole_record_familiarity_switches_the_teacher_on_but_span_fam
     spans = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hp, failed_checks=_failed("mia.span_auc_gap"))
     assert spans is not None and spans["teacher_refresh"] == 0 and spans["stranger_anchor"] is False
     assert spans["steps"] == 2 * hp["steps"]
+
+
+def test_a_latent_failure_refits_the_lens_during_the_retry_under_v7_only():
+    # StableLM probe corpus (2026-12-05): the latent loss reached 0.002 against the lens fitted at
+    # the start while the verifier's lens, fitted on the result, read 0.68; refitted every 50 steps: 0.19.
+    from unlearning import methods
+    from unlearning.verification import get_policy
+
+    hp = methods.hparams_from_json("asu", {}).resolved(1).to_json()
+    assert hp["lens_refresh"] == 0
+    stronger = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hp, failed_checks=_failed("latent.matched_ratio"))
+    assert stronger is not None and stronger["lens_refresh"] == 50
+    assert "latent.matched_ratio failed: lens_refresh 0 -> 50 (set)" in stronger["escalation"]
+    assert stronger["steps"] == 2 * hp["steps"]  # the latent cure as before
+    methods.hparams_from_json("asu", stronger).validate()
+    # A leak does not refit the lens; v6's retry never did.
+    leak = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hp, failed_checks=_failed("leakage.forget"))
+    assert leak is not None and leak["lens_refresh"] == 0
+    v6 = policy_escalate(get_policy("default", "6"), method="asu", hparams=hp,
+                         failed_checks=_failed("latent.paired_ratio"))
+    assert v6 is not None and v6["lens_refresh"] == 0

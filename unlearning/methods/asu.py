@@ -126,6 +126,10 @@ class ASUHparams(TrainingHparams):
     # Every this many steps, the counterfactual targets are recomputed from the model being
     # trained (0: never): the subject is then matched to what the model now says about a stranger.
     teacher_refresh: int = 0
+    # Every this many steps, the latent loss's lens is fitted again on the model being trained
+    # (0: never): a lens fixed at the start can be satisfied by moving what a state says out of
+    # its sight, where a lens fitted on the result (the verifier's) still reads it.
+    lens_refresh: int = 0
     # Also anchor retained records retold about strangers (`targets.retain_strangers`) at the
     # model's own prediction for them: what the model says about a stranger stays put, so a
     # refreshed teacher cannot follow the student below it.
@@ -176,6 +180,8 @@ def _check(hp: ASUHparams) -> None:
         raise ValueError("combine_copies must be 'mixture' or 'span-median'")
     if hp.teacher_refresh < 0:
         raise ValueError("teacher_refresh must be 0 (never) or a number of steps")
+    if hp.lens_refresh < 0:
+        raise ValueError("lens_refresh must be 0 (never) or a number of steps")
     if not hp.tau > 0:
         raise ValueError("tau must be positive")
     if hp.latent_readout not in ("lens", "state"):
@@ -305,7 +311,12 @@ class ASU:
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain
 
         def refresh(step: int) -> None:
-            nonlocal forget_teacher
+            nonlocal forget_teacher, lens
+            if lens is not None and hp.lens_refresh and step and not step % hp.lens_refresh:
+                trained.eval()
+                with torch.no_grad():
+                    lens = fit_lens(trained, tokenizer, retain_examples) or lens
+                trained.train()
             if not hp.teacher_refresh or not step or step % hp.teacher_refresh:
                 return
             if frozen is not None:  # online: the forget teacher becomes a frozen copy of the student
