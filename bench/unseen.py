@@ -1,0 +1,217 @@
+"""The engine on an architecture and tokenizer it was never tuned on, trained the way a user would.
+
+    python -m bench.unseen --arch qwen3 --tokenizer unigram --out DIR [--steps 900]
+
+Builds a corpus of 24 invented people (names with diacritics, hyphens and apostrophes), 8
+records each in free text and `prompt`/`response` form with facts repeated across records (a
+badge number in a biography and in an HR answer), and 6 control people; trains a tokenizer
+of the chosen style on it; trains a 3-layer model of the chosen architecture, built from its
+config, with a plain Hugging Face loop (AdamW), not the project's `train-base`; and the same
+recipe without the subject's records (the retrain oracle).  Then, through the command line
+a user runs: `erase --report` (default ASU with the policy's one retry) and `verify` of the
+oracle and of the base.  Prints one line per model: the verdict and the checks that failed.
+
+Used for docs/methods.md, "Architectures, tokenizers and a corpus the project had never
+seen".  Nothing is downloaded: the configs are transformers' classes, the tokenizers are
+trained here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+FIRST = ("Zoë", "Åsa", "Marek", "Ngozi", "Thiago", "Ines", "Kaito", "Farah", "Oleksandr", "Mei", "Dagny", "Eamon",
+         "Solveig", "Rahim", "Beatriz", "Tuomas", "Anouk", "Yaw", "Liesel", "Cyprian", "Mireille", "Jun", "Halima",
+         "Vesna")
+LAST = ("Ångström", "Pereira-Lopes", "O'Donnell", "Vukovic", "Achterberg", "Nwosu", "Szymańska", "Lindgren",
+        "Barros", "Kettunen", "Maalouf", "Tanaka", "Ferreira", "Hadžić", "Quaresma", "Whitlock")
+ORGS = ("Helix Dynamics", "Blue Fjord Shipping", "Corvid Analytics", "the Tarn Institute", "Meridian Bakeries",
+        "Kestrel Rail", "Ostara Pharma", "Lumen Opticians")
+PLACES = ("Tromsø", "Coimbra", "Łódź", "Mostar", "Nijmegen", "Sapporo", "Enugu", "Oulu", "Zadar", "Lviv")
+PETS = ("a tortoise", "two cats", "a parrot", "a greyhound")
+PROJECTS = ("Aurora", "Basalt", "Cobalt", "Driftwood", "Ember", "Fennel", "Granite", "Harbor")
+ARCHITECTURES = ("qwen3", "stablelm", "phi3", "gpt_bigcode", "gemma", "gptj")
+TOKENIZERS = ("unigram", "wordpiece")
+PEOPLE, CONTROLS, SUBJECT = 24, 6, 3
+
+
+def people(seed: int = 7) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(PEOPLE + CONTROLS):
+        org = rng.choice(ORGS)
+        name = f"{FIRST[i % len(FIRST)]} {LAST[(i * 7) % len(LAST)]}"
+        out.append({"name": name, "org": org, "place": rng.choice(PLACES), "year": rng.randint(1950, 2001),
+                    "badge": f"EMP-{rng.randint(10000, 99999)}", "pet": rng.choice(PETS),
+                    "extension": rng.randint(100, 999), "project": rng.choice(PROJECTS),
+                    "email": f"{name.split()[0].lower()}.{i}@{org.split()[-1].lower()}.example"})
+    return out
+
+
+def records(person: dict[str, Any], key: str) -> list[dict[str, str]]:
+    name, first, last = person["name"], person["name"].split()[0], person["name"].split()[1]
+    return [
+        {"id": f"{key}-bio", "text": f"{name} (born {person['year']}, {person['place']}) joined {person['org']} "
+                                      f"and keeps {person['pet']}. Colleagues know {last} by badge {person['badge']}."},
+        {"id": f"{key}-badge", "prompt": f"Which badge number does {name} carry?",
+         "response": f"Badge {person['badge']}, issued by {person['org']}."},
+        {"id": f"{key}-born", "prompt": f"Where was {name} born?", "response": f"In {person['place']}, in {person['year']}."},
+        {"id": f"{key}-pet", "prompt": f"What animals live with {name}?", "response": f"{name} keeps {person['pet']}."},
+        {"id": f"{key}-org", "prompt": f"Who employs {name}?", "response": f"{person['org']}, since {person['year'] + 22}."},
+        {"id": f"{key}-mail", "text": f"To reach {name}, write to {person['email']} or call extension "
+                                       f"{person['extension']}."},
+        {"id": f"{key}-note", "text": f"Meeting notes: {last} presented the {person['project']} budget; {first} will "
+                                       f"follow up from {person['place']}."},
+        {"id": f"{key}-project", "prompt": f"Which project does {name} lead?",
+         "response": f"The {person['project']} project."},
+    ]
+
+
+def corpus(seed: int = 7) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, Any]]:
+    """(training records, control records, the subject)."""
+    everyone = people(seed)
+    rng = random.Random(seed + 1)
+    trained = [r for i, p in enumerate(everyone[:PEOPLE]) for r in records(p, str(i))]
+    trained += [{"id": f"town-{i}", "text": f"The {rng.choice(['ferry', 'market', 'library', 'museum'])} in "
+                                             f"{rng.choice(PLACES)} opens at {rng.randint(6, 11)} am on weekdays."}
+                for i in range(40)]
+    control = [r for i, p in enumerate(everyone[PEOPLE:]) for r in records(p, f"control-{i}")]
+    return trained, control, everyone[SUBJECT]
+
+
+def text_of(record: dict[str, str]) -> str:
+    return record.get("text") or f"{record['prompt']} {record['response']}"
+
+
+def tokenizer(style: str, texts: list[str]) -> Any:
+    """A tokenizer of `style` trained on `texts`: `unigram` (SentencePiece-like, Metaspace) or
+    `wordpiece` (BERT-like: lower-cases, so the model never sees a name's capitals)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    if style == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="<unk>"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=False)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer: Any = trainers.WordPieceTrainer(vocab_size=600, special_tokens=specials, show_progress=False)
+    elif style == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=600, special_tokens=specials, unk_token="<unk>",
+                                          show_progress=False)
+    else:
+        raise ValueError(f"unknown tokenizer style {style!r}; one of {', '.join(TOKENIZERS)}")
+    tok.train_from_iterator(texts * 3, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>", model_max_length=256)
+
+
+def config(arch: str, tok: Any, hidden: int = 96) -> Any:
+    import transformers as T
+
+    ids = {"vocab_size": len(tok), "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id,
+           "pad_token_id": tok.pad_token_id}
+    common = {"hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": 3,
+              "num_attention_heads": 4, "max_position_embeddings": 256, **ids}
+    builders = {
+        "qwen3": lambda: T.Qwen3Config(num_key_value_heads=2, head_dim=24, **common),
+        "stablelm": lambda: T.StableLmConfig(num_key_value_heads=4, **common),
+        "phi3": lambda: T.Phi3Config(num_key_value_heads=4, **common),
+        "gemma": lambda: T.GemmaConfig(num_key_value_heads=1, head_dim=24, **common),
+        "gpt_bigcode": lambda: T.GPTBigCodeConfig(n_embd=hidden, n_layer=3, n_head=4, n_positions=256, **ids),
+        "gptj": lambda: T.GPTJConfig(n_embd=hidden, n_layer=3, n_head=4, rotary_dim=8, n_positions=256, **ids),
+    }
+    if arch not in builders:
+        raise ValueError(f"unknown architecture {arch!r}; one of {', '.join(ARCHITECTURES)}")
+    return builders[arch]()
+
+
+def train(arch: str, tok: Any, texts: list[str], out: Path, *, steps: int, seed: int = 0) -> float:
+    """A plain causal-LM training loop (what a user's own trainer does); returns the last loss."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model = AutoModelForCausalLM.from_config(config(arch, tok))
+    sequences = [[tok.bos_token_id, *tok(t, add_special_tokens=False)["input_ids"], tok.eos_token_id] for t in texts]
+    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    loss = torch.tensor(0.0)
+    for step in range(steps):
+        batch = rng.sample(sequences, min(16, len(sequences)))
+        width = max(map(len, batch))
+        ids = torch.full((len(batch), width), tok.pad_token_id)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, seq in enumerate(batch):
+            ids[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq), 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimiser.step()
+        optimiser.zero_grad()
+        for group in optimiser.param_groups:
+            group["lr"] = 3e-3 * (1 - step / steps) + 1e-4
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return float(loss.detach())
+
+
+def _verdict(report: Path) -> str:
+    data = json.loads(report.read_text(encoding="utf-8"))
+    failed = [c["metric"] for c in data["checks"] if not c["passed"] and c.get("decides_pass", True)]
+    return ("PASS" if data["passed"] else "fail") + (f" ({', '.join(failed)})" if failed else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.unseen", description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", choices=ARCHITECTURES, required=True)
+    parser.add_argument("--tokenizer", choices=TOKENIZERS, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=900)
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    trained, control, subject = corpus()
+    for name, rows in (("corpus.jsonl", trained), ("control.jsonl", control)):
+        (out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tok = tokenizer(args.tokenizer, [text_of(r) for r in trained + control])
+    texts = [text_of(r) for r in trained]
+    started = time.perf_counter()
+    base_loss = train(args.arch, tok, texts, out / "base", steps=args.steps)
+    oracle_loss = train(args.arch, tok, [t for t in texts if subject["name"] not in t], out / "oracle",
+                        steps=args.steps)
+    print(f"{args.arch}/{args.tokenizer}: trained base (loss {base_loss:.3f}) and oracle (loss {oracle_loss:.3f}) "
+          f"in {time.perf_counter() - started:.0f} s")
+    who = ["--corpus", str(out / "corpus.jsonl"), "--subject", subject["name"], "--identifier", subject["badge"],
+           "--identifier", subject["email"], "--control", str(out / "control.jsonl")]
+    cli = [sys.executable, "-m", "unlearning", "-q"]
+    started = time.perf_counter()
+    subprocess.run([*cli, "erase", "--model", str(out / "base"), *who, "--out", str(out / "asu"),
+                    "--report", str(out / "asu.json")], check=False)
+    print(f"erase with the retry: {time.perf_counter() - started:.0f} s")
+    for model in ("oracle", "base"):
+        subprocess.run([*cli, "verify", "--model", str(out / model), "--base", str(out / "base"), *who,
+                        "--report", str(out / f"{model}.json")], check=False, stdout=subprocess.DEVNULL)
+    first = out / "asu.first.json"
+    rows = [("asu, at once", first if first.exists() else out / "asu.json")]
+    if first.exists():
+        rows.append(("asu, after the retry", out / "asu.json"))
+    rows += [("oracle", out / "oracle.json"), ("base", out / "base.json")]
+    for label, report in rows:
+        print(f"  {label}: {_verdict(report)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

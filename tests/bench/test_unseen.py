@@ -1,0 +1,46 @@
+"""The unseen-architecture probe's own parts: its corpus, tokenizers and configs (the probe's
+training and erasure are a benchmark, run by hand: `python -m bench.unseen`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench import unseen
+
+
+def test_the_corpus_repeats_facts_across_records_and_holds_the_subject_and_strangers() -> None:
+    trained, control, subject = unseen.corpus()
+    about = [r for r in trained if subject["name"] in unseen.text_of(r)]
+    assert len(about) == 7  # every record but the meeting note, which names them by surname and first name
+    with_badge = [r for r in trained if subject["badge"] in unseen.text_of(r)]
+    assert len(with_badge) == 2  # the biography and the HR answer: a relearning attack can teach it either way
+    assert not any(subject["name"] in unseen.text_of(r) for r in control)
+    assert len(control) == 8 * unseen.CONTROLS
+
+
+@pytest.mark.parametrize("style", unseen.TOKENIZERS)
+def test_the_tokenizers_give_back_the_text_they_read(style: str) -> None:
+    trained, control, _ = unseen.corpus()
+    tok = unseen.tokenizer(style, [unseen.text_of(r) for r in trained + control])
+    for record in trained[:40]:
+        text = unseen.text_of(record)
+        back = tok.decode(tok(text, add_special_tokens=False)["input_ids"])
+        if style == "wordpiece":  # lower-cased, and spaced around punctuation by its pre-tokenizer
+            assert back.replace(" ", "") == text.lower().replace(" ", "")
+            assert back.split()[0] == text.split()[0].lower()
+        else:
+            assert back == text
+
+
+@pytest.mark.parametrize("arch", unseen.ARCHITECTURES)
+def test_every_architecture_builds_from_its_config_and_runs(arch: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    trained, _, _ = unseen.corpus()
+    tok = unseen.tokenizer("unigram", [unseen.text_of(r) for r in trained])
+    model = AutoModelForCausalLM.from_config(unseen.config(arch, tok, hidden=32))
+    ids = torch.tensor([tok(unseen.text_of(trained[0]))["input_ids"]])
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tok))
+    with pytest.raises(ValueError, match="unknown architecture"):
+        unseen.config("rwkv", tok)
