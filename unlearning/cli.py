@@ -417,15 +417,19 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
     _warn_about_sets(sets)
     from unlearning.erase import erase  # lazily: the CLI works before the methods land
 
-    try:
-        result = erase(args.model, sets, method=args.method, out_dir=args.out, hparams=hparams,
-                       progress=progress, processes=processes, sharding=args.sharding)
-    except ValueError as exc:
-        raise _refused(exc, {"--model": args.model}) from exc
-    print(f"{args.method}: {result.steps} steps in {result.seconds:.0f}s; "
-          f"candidate digest {result.digest} -> {args.out}")
-    if result.details.get("tempered_teacher") is False:  # recorded in the checkpoint's details too
-        print(f"{args.method}: no tempered teacher: {result.details.get('tempered_teacher_reason', '')}")
+    def run(settings: dict[str, Any] | None) -> Any:
+        try:
+            result = erase(args.model, sets, method=args.method, out_dir=args.out, hparams=settings,
+                           progress=progress, processes=processes, sharding=args.sharding)
+        except ValueError as exc:
+            raise _refused(exc, {"--model": args.model}) from exc
+        print(f"{args.method}: {result.steps} steps in {result.seconds:.0f}s; "
+              f"candidate digest {result.digest} -> {args.out}")
+        if result.details.get("tempered_teacher") is False:  # recorded in the checkpoint's details too
+            print(f"{args.method}: no tempered teacher: {result.details.get('tempered_teacher_reason', '')}")
+        return result
+
+    result = run(hparams)
     if args.report is None:
         return 0
     verdict = _verified(args, {"--out": args.out, "--model": args.model}, sets, control, progress)
@@ -439,13 +443,7 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
     args.report.replace(first)
     print(f"{args.method}: one escalated retry ({'; '.join(stronger.get('escalation') or [])}); "
           f"first report -> {first}")
-    try:
-        result = erase(args.model, sets, method=args.method, out_dir=args.out, hparams=stronger,
-                       progress=progress, processes=processes, sharding=args.sharding)
-    except ValueError as exc:
-        raise _refused(exc, {"--model": args.model}) from exc
-    print(f"{args.method}: {result.steps} steps in {result.seconds:.0f}s; "
-          f"candidate digest {result.digest} -> {args.out}")
+    run(stronger)
     return _verified(args, {"--out": args.out, "--model": args.model}, sets, control, progress)
 
 
