@@ -9,7 +9,7 @@ train the retrain-without oracle on the base's own tokenizer, and verify all fou
 default policy against the shape's control records (people never trained on).  Two more
 persons (`PERSONS`) are then erased from the same base, one at a time, by ASU with their own
 oracles: one person's figures are one draw.  An ASU
-candidate that fails gets the one escalated retry the service would run (`policy_escalate`:
+candidate that fails gets the one escalated retry the service would run (`report_escalation`:
 each failed check's cure), verified the same way.  The report gives the verdict and the
 failed checks of each, and the ASU and oracle figures side by side.
 """
@@ -17,7 +17,6 @@ failed checks of each, and the ASU and oracle figures side by side.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from pathlib import Path
@@ -92,7 +91,7 @@ def _erase_person(person: Any, corpus: Any, control: Any, out: dict[str, Any], *
     from unlearning.demo.train_base import train_base
     from unlearning.erase import erase
     from unlearning.sets import Subject, build_sets
-    from unlearning.verification import DEFAULT_POLICY, CheckResult, policy_escalate, verify
+    from unlearning.verification import DEFAULT_POLICY, report_escalation, verify
 
     sets = build_sets(corpus, [Subject(person.name, (), person.identifiers)])
     out["forget_records"] = len(sets.forget)
@@ -130,9 +129,7 @@ def _erase_person(person: Any, corpus: Any, control: Any, out: dict[str, Any], *
     reports = {name: judge(name, candidate) for name, candidate in made.items()}
     asu = reports.get("asu")
     if asu is not None and not asu["passed"]:  # the service's one escalated retry
-        failed = [CheckResult.from_json(c) for c in asu["checks"]]
-        hparams = json.loads(json.dumps(dict(resolved["asu"]), default=str))
-        stronger = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=failed)
+        stronger = report_escalation(asu, method="asu", hparams=resolved["asu"])
         if stronger is not None:
             started = time.perf_counter()
             with console.task(f"{tag}: erase with asu, escalated") as progress:

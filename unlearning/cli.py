@@ -435,7 +435,10 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
     verdict = _verified(args, {"--out": args.out, "--model": args.model}, sets, control, progress)
     if verdict == 0 or not args.retry:
         return verdict
-    stronger = _escalated(args.report, args.method, result.hparams)
+    from unlearning.verification import report_escalation
+
+    report = json.loads(args.report.read_text(encoding="utf-8"))
+    stronger = report_escalation(report, method=args.method, hparams=result.hparams)
     if stronger is None:
         print(f"{args.method}: no stronger settings cure the failed checks; no retry")
         return verdict
@@ -445,21 +448,6 @@ def _cmd_erase(args: argparse.Namespace, progress: Any) -> int:
           f"first report -> {first}")
     run(stronger)
     return _verified(args, {"--out": args.out, "--model": args.model}, sets, control, progress)
-
-
-def _escalated(report_path: Path, method: str, hparams: dict[str, Any]) -> dict[str, Any] | None:
-    """The settings of the one retry the report's policy prescribes for its failed checks
-    (`policy_escalate`, as the service's worker asks it), or None when none can help."""
-    from unlearning.verification import CheckResult, get_policy, policy_escalate
-
-    report = json.loads(report_path.read_text(encoding="utf-8"))
-    info = report.get("policy") or {}
-    policy = get_policy(str(info.get("name", "default")), info.get("version"))
-    fields = CheckResult.__dataclass_fields__
-    failed = [CheckResult(**{k: v for k, v in c.items() if k in fields})
-              for c in report.get("checks", []) if not c.get("passed")]
-    plain = json.loads(json.dumps(hparams, default=str))
-    return policy_escalate(policy, method=method, hparams=plain, failed_checks=failed)
 
 
 def _cmd_verify(args: argparse.Namespace, progress: Any) -> int:

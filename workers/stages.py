@@ -441,23 +441,17 @@ def _verify(plan: _VerifyPlan, run: StageRun) -> dict[str, Any]:
 
 def _escalate(session: Session, *, job_id: int, report: dict[str, Any]) -> bool:
     """Once per job: stronger settings from the policy, then unlearn again from the base."""
-    from unlearning.verification import CheckResult, get_policy, policy_escalate
+    from unlearning.verification import report_escalation
     from workers.policies import deployment_policy
 
     deployment_policy()  # registers a deployment's own policy in this process
     job = session.get_one(Job, job_id)
     if job.escalated:
         return False
-    policy_info = report.get("policy") or {}
     try:
-        policy = get_policy(str(policy_info.get("name", "default")), policy_info.get("version"))
-    except KeyError:
+        stronger = report_escalation(report, method=job.method, hparams=job.hparams or {})
+    except KeyError:  # a policy this process does not know
         return False
-    fields = CheckResult.__dataclass_fields__
-    failed = [CheckResult(**{k: v for k, v in c.items() if k in fields})
-              for c in report.get("checks", []) if not c.get("passed")]
-    stronger = policy_escalate(policy, method=job.method, hparams=job.hparams or {},
-                               failed_checks=failed)
     if stronger is None:
         return False
     _set_candidate_aside(session, job, reason="failed verification; escalating")

@@ -261,7 +261,7 @@ def test_erase_does_not_retry_when_no_cure_applies(
     calls = _retry_fakes(monkeypatch, [False, False])
     import unlearning.verification as verification
 
-    monkeypatch.setattr(verification, "policy_escalate", lambda *a, **k: None)
+    monkeypatch.setattr(verification, "report_escalation", lambda *a, **k: None)
     person = load_people(tiny_corpus_dir / "people.jsonl")[5]
     capsys.readouterr()
     code, out, _ = _run(capsys, "-q", "erase", "--model", str(tiny_arch_model_dir("llama")),

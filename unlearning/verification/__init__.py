@@ -18,6 +18,7 @@ from .policy import (
     policy_escalate,
     policy_from_json,
     register_policy,
+    report_escalation,
 )
 from .report import REQUIRED_METRICS, Report, ReportError
 from .settings import VerifySettings
@@ -25,7 +26,7 @@ from .suite import clear_cache, verify
 
 __all__ = [
     "DEFAULT_POLICY", "REQUIRED_METRICS", "CheckResult", "CheckSpec", "Escalation", "Policy",
-    "Report", "ReportError", "VerifySettings", "clear_cache", "get_policy", "policy_escalate",
+    "Report", "ReportError", "VerifySettings", "clear_cache", "get_policy", "policy_escalate", "report_escalation",
     "policy_from_json", "register_policy",
     "verify",
 ]

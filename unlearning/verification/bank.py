@@ -282,6 +282,14 @@ def _pool(groups: Iterable[tuple[Record, Any, str]], frequencies: Mapping[str, f
     return pool
 
 
+def _identity_map(sets: Any, record: Record, names: FreshNames) -> dict[str, str]:
+    """Who `record` is about -> a stranger: its names and identifiers (`identity_spans`) replaced
+    by one fresh identity per subject (the same in every record of theirs), values kept."""
+    index = _subject_index(sets, record)
+    return dict(counterfactual(record, identity_spans(record, sets.subjects[index]), names=names,
+                               seed=str(index)).mapping)
+
+
 def _facts_about_strangers(
     sets: Any, forget_records: Sequence[Record], facts: Sequence[Fact], *, names_from: Sequence[Record],
     seed: int, tokenizer: Any,
@@ -308,8 +316,7 @@ def _facts_about_strangers(
             continue
         index = _subject_index(sets, record)
         if record.id not in mappings:
-            mappings[record.id] = dict(counterfactual(record, identity_spans(record, subjects[index]), names=names,
-                                                      seed=str(index)).mapping)
+            mappings[record.id] = _identity_map(sets, record, names)
         mapping = mappings[record.id]
         true = replace_spans(fact.true, mapping)
         perturbed = tuple(v for v in fact.perturbed if normalise_words(v) != normalise_words(true))
@@ -416,12 +423,7 @@ def build_bank(
     # stranger: only who it is about changes (names, e-mail addresses, given identifiers).
     # A value in the answer is its content ("Quarry Lane Books", "16 August 1995"): swapped
     # for a fresh one it turns a fluent answer into one the base finds implausible.
-    stranger_maps = []
-    for probe in forget_probes:
-        record = record_of[probe.record_id]
-        subject = subjects[_subject_index(sets, record)]
-        stranger_maps.append(dict(counterfactual(record, identity_spans(record, subject), names=names,
-                                                 seed=str(_subject_index(sets, record))).mapping))
+    stranger_maps = [_identity_map(sets, record_of[probe.record_id], names) for probe in forget_probes]
 
     if control is not None:
         control_all = load_control(control) if isinstance(control, str | Path) else tuple(_records_of(control))

@@ -106,6 +106,7 @@ subject's side lacked (measured on a Qwen3 corpus of three records a person).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -639,6 +640,18 @@ def policy_escalate(
     if "escalation" in stronger or "preset" in stronger:
         stronger["escalation"] = list(stronger.get("escalation") or []) + notes
     return stronger
+
+
+def report_escalation(report: Mapping[str, Any], *, method: str,
+                      hparams: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`policy_escalate` for a verification report as `Report.to_json` writes it: the policy the
+    report names and its failed checks (what the service's worker, the command line and the
+    shapes bench retry with).  KeyError when that policy is not registered in this process."""
+    info = report.get("policy") or {}
+    policy = get_policy(str(info.get("name", "default")), info.get("version"))
+    failed = [CheckResult.from_json(c) for c in report.get("checks", []) if not c.get("passed")]
+    plain = json.loads(json.dumps(dict(hparams), default=str))  # as a job stores them
+    return policy_escalate(policy, method=method, hparams=plain, failed_checks=failed)
 
 
 def escalation_notes(hparams: Mapping[str, Any]) -> list[str]:
