@@ -148,14 +148,16 @@ def people_digest(people: Sequence[dict[str, Any]]) -> str:
 
 
 def oracle_ensure(assets: Assets, forgotten: Sequence[dict[str, Any]], *, cache_root: Path,
-                  console: Console) -> tuple[Path, dict[str, Any]]:
+                  console: Console, seed: int = 0) -> tuple[Path, dict[str, Any]]:
     """The retrain oracle: the base recipe trained again on the corpus without ``forgotten``.
 
     It reuses the base model's tokenizer (a tokenizer trained on the smaller corpus
     would tokenize the subjects' names differently, which the membership and
     leakage checks would see as a difference of the model).  The directory is
     keyed by the forgotten people and the base checkpoint's digest, so a new base
-    gets new oracles; the tokenizer is checked to be the base's.
+    gets new oracles; the tokenizer is checked to be the base's.  `seed` is the training
+    seed: 0 is the base's own (the oracle every comparison is made with); another gives the
+    same recipe from another initialisation and data order.
     """
     from unlearning.checkpoints import checkpoint_digest
     from unlearning.corpus import load_corpus
@@ -169,9 +171,12 @@ def oracle_ensure(assets: Assets, forgotten: Sequence[dict[str, Any]], *, cache_
     drop = sorted({r.id for r in forget} | {r.id for r in corpus.records if (r.meta or {}).get("person") in gone})
     if not drop:
         raise RuntimeError("the forgotten people have no records in the corpus")
-    out = cache_root / assets.preset / f"oracle-{people_digest(forgotten)}-{checkpoint_digest(assets.base_dir)[:12]}"
-    training = train_into(corpus.without(drop), out, preset=assets.preset, seed=0, console=console,
-                          label=f"retrain oracle without {len(gone)} people", tokenizer=assets.base_dir)
+    suffix = f"-t{seed}" if seed else ""
+    out = (cache_root / assets.preset
+           / f"oracle-{people_digest(forgotten)}-{checkpoint_digest(assets.base_dir)[:12]}{suffix}")
+    label = f"retrain oracle without {len(gone)} people" + (f" (training seed {seed})" if seed else "")
+    training = train_into(corpus.without(drop), out, preset=assets.preset, seed=seed, console=console,
+                          label=label, tokenizer=assets.base_dir)
     if not same_tokenizer(out, assets.base_dir):
         raise RuntimeError(f"the retrain oracle {out} does not use the base model's tokenizer")
     return out, {**training, "records_dropped": len(drop), "tokenizer": "the base model's"}

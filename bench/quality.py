@@ -107,12 +107,15 @@ def run_quality(settings: BenchSettings, assets: Assets, *, work: Path, cache_ro
     pools = everyone + assets.control_people()
     retain = retained_facts(corpus, assets, settings)
     runs: list[dict[str, Any]] = []
+    other_oracles: list[dict[str, Any]] = []  # the oracle of other training seeds, verified alike
     references: dict[str, Any] = {}
     for fraction in settings.forget_fractions:
         forgotten = forget_people(everyone, fraction)
         forget = tofu.facts_of(_records_of(corpus, forgotten), pools, perturbed=settings.tofu_perturbed)
         console.section(f"quality: forget {fraction:.0%} ({len(forgotten)} people, {len(forget)} facts)")
         oracle_dir, oracle_training = oracle_ensure(assets, forgotten, cache_root=cache_root, console=console)
+        others = {t: oracle_ensure(assets, forgotten, cache_root=cache_root, console=console, seed=t)[0]
+                  for t in settings.oracle_training_seeds if t != 0}
         oracle_eval = tofu.evaluate(oracle_dir, forget, retain)
         base_eval = tofu.evaluate(assets.base_dir, forget, retain)
         oracle_ratios = oracle_eval["forget_truth_ratios"]
@@ -133,6 +136,12 @@ def run_quality(settings: BenchSettings, assets: Assets, *, work: Path, cache_ro
                 label=f"verify oracle {fraction:.0%} seed {seed}"))
             if not is_missing(report):
                 runs.append(_run_row(ORACLE, fraction, seed, report[0], report[1], oracle_eval, oracle_ratios))
+            for training_seed, other in others.items():
+                row = measure(holder, f"oracle t{training_seed}", partial(
+                    _other_oracle, other, training_seed, fraction=fraction, seed=seed, sets=sets, assets=assets,
+                    console=console))
+                if not is_missing(row):
+                    other_oracles.append(row)
             for variant in settings.methods:
                 row = measure(holder, variant.label, partial(
                     _one_method, variant, fraction=fraction, seed=seed, sets=sets, assets=assets,
@@ -144,7 +153,85 @@ def run_quality(settings: BenchSettings, assets: Assets, *, work: Path, cache_ro
     from unlearning.verification import DEFAULT_POLICY
 
     return {"runs": runs, "references": references, "summary": summarise(runs), "policy": DEFAULT_POLICY.to_json(),
+            "oracle_seeds": other_oracles, "oracle_spread": oracle_spread(runs, other_oracles),
             "methods": {v.label: {"method": v.method, "overrides": v.overrides} for v in settings.methods}}
+
+
+def _other_oracle(oracle_dir: Path, training_seed: int, *, fraction: float, seed: int, sets: Any, assets: Assets,
+                  console: Console) -> dict[str, Any]:
+    """The retrain oracle of another training seed, verified exactly as the seed-0 oracle is."""
+    report, verify_s = verify_timed(oracle_dir, assets, sets, seed=seed, console=console,
+                                    label=f"verify oracle t{training_seed} {fraction:.0%} seed {seed}")
+    row = {"fraction": fraction, "seed": seed, "training_seed": training_seed, "verify_s": round(verify_s, 2),
+           "passed": report["passed"],
+           "failed_checks": [c["name"] for c in report["checks"] if c.get("decides_pass", True) and not c["passed"]],
+           "metrics": {k: v for k, v in report["metrics"].items() if k in SPREAD_METRICS}}
+    console.say(f"oracle t{training_seed} {fraction:.0%} seed {seed}: passed={row['passed']} "
+                f"mia.auc={row['metrics'].get('mia.auc', float('nan')):.3f}")
+    return row
+
+
+# The figures the issue's acceptance compares with the oracle's, and the oracle's own spread of them.
+SPREAD_METRICS = ("mia.auc", "mia.zlib_auc", "mia.span_auc", "utility.retain_ratio",
+                  "fluency.content_paired_gibberish_rate", "latent.matched_ratio", "leakage.forget")
+
+
+def oracle_spread(runs: Sequence[dict[str, Any]], others: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per fraction: how far retrain oracles of different training seeds are from each other.
+
+    For each verification seed, the oracles of every training seed (0 and the others) give
+    one value of each metric; `oracle_gap` is the largest distance between two of them
+    (mean and max over verification seeds), and per method `within` counts the runs whose
+    value lies inside the oracles' range at that seed, `gap` the distance to the seed-0
+    oracle's.  Verdicts: how many oracle verifications passed the policy.
+    """
+    out = []
+    for fraction in sorted({r["fraction"] for r in others}):
+        by_seed: dict[int, list[dict[str, Any]]] = {}
+        for run in runs:
+            if run["method"] == ORACLE and run["fraction"] == fraction and "metrics" in run:
+                by_seed.setdefault(run["seed"], []).append({"training_seed": 0, **run})
+        for row in others:
+            if row["fraction"] == fraction and row["seed"] in by_seed:
+                by_seed[row["seed"]].append(row)
+        oracles = [o for rows in by_seed.values() for o in rows]
+        failed: dict[str, int] = {}
+        for o in oracles:
+            for name in o.get("failed_checks", ()):
+                failed[name] = failed.get(name, 0) + 1
+        entry: dict[str, Any] = {"fraction": fraction, "training_seeds": sorted({o["training_seed"] for o in oracles}),
+                                 "verifications": len(oracles), "passed": sum(bool(o["passed"]) for o in oracles),
+                                 "failed_checks": failed, "metrics": {}}
+        methods = sorted({r["method"] for r in runs if r["fraction"] == fraction and r["method"] != ORACLE})
+        for metric in SPREAD_METRICS:
+            values: dict[int, dict[int, float]] = {}  # verification seed -> training seed -> value
+            for seed, rows in sorted(by_seed.items()):
+                found = {o["training_seed"]: o["metrics"].get(metric) for o in rows}
+                found = {t: float(v) for t, v in found.items() if v is not None and np.isfinite(v)}
+                if len(found) > 1 and 0 in found:
+                    values[seed] = found
+            if not values:
+                continue
+            gaps = [max(vs.values()) - min(vs.values()) for vs in values.values()]
+            slot: dict[str, Any] = {"per_seed": {str(k): {str(t): v for t, v in vs.items()} for k, vs in values.items()},
+                                    "oracle_gap": {"mean": float(np.mean(gaps)), "max": float(max(gaps))},
+                                    "methods": {}}
+            for method in methods:
+                within, gap = 0, []
+                for run in runs:
+                    if (run["method"], run["fraction"]) != (method, fraction) or "metrics" not in run:
+                        continue
+                    value, vs = run["metrics"].get(metric), values.get(run["seed"])
+                    if value is None or not vs:
+                        continue
+                    within += min(vs.values()) <= value <= max(vs.values())
+                    gap.append(abs(value - vs[0]))
+                if gap:
+                    slot["methods"][method] = {"within": within, "runs": len(gap), "gap": _stats(gap),
+                                               "gap_max": float(max(gap))}
+            entry["metrics"][metric] = slot
+        out.append(entry)
+    return out
 
 
 def _stats(values: Sequence[float]) -> dict[str, float] | None:

@@ -188,10 +188,40 @@ def _quality(quality: Any, plots: Path, docs: Path) -> list[str]:
         out += _table(["figure", *header, "base (no erasure)"], rows)
         failures = [f"{e['method']}: {'; '.join(e['not_measured'])}" for e in entries if e.get("not_measured")]
         out += [f"- not measured: {f}" for f in failures] + ([""] if failures else [])
+        out += _oracle_spread(quality, fraction)
     plot = tradeoff_plot(summary, plots / "quality_tradeoff.png")
     if plot is not None:
         out += [f"![forgetting vs utility]({plot.relative_to(docs).as_posix()})", ""]
     return out
+
+
+def _oracle_spread(quality: Any, fraction: float) -> list[str]:
+    """How far oracles of different training seeds are apart, and where each method lies."""
+    entry = next((e for e in quality.get("oracle_spread") or () if e["fraction"] == fraction), None)
+    if not entry or not entry.get("metrics"):
+        return []
+    seeds = "/".join(str(t) for t in entry["training_seeds"])
+    failed = "; ".join(f"{name} ({n})" for name, n in sorted(entry["failed_checks"].items()))
+    out = [f"The oracle's own spread: the same recipe trained with training seeds {seeds} (0 is the oracle "
+           "above), each verified at every seed.  "
+           f"**{entry['passed']} of {entry['verifications']} oracle verifications pass the policy**"
+           + (f" (failed: {failed})" if failed else "") + ".  Per verification seed the oracles' values "
+           f"(training seeds {seeds}); the largest distance between two oracles; and per method, the runs "
+           "inside the oracles' range and the distance to the seed-0 oracle (mean, max):", ""]
+    methods = sorted({m for slot in entry["metrics"].values() for m in slot["methods"]})
+    rows = []
+    for metric, slot in entry["metrics"].items():
+        per_seed = "; ".join(" / ".join(fmt(v, 3) for _, v in sorted(vs.items(), key=lambda kv: int(kv[0])))
+                             for _, vs in sorted(slot["per_seed"].items(), key=lambda kv: int(kv[0])))
+        cells = []
+        for method in methods:
+            m = slot["methods"].get(method)
+            cells.append("-" if m is None else
+                         f"{m['within']}/{m['runs']}, {fmt((m.get('gap') or {}).get('mean'), 3)} "
+                         f"({fmt(m.get('gap_max'), 3)})")
+        rows.append([f"`{metric}`", per_seed,
+                     f"{fmt(slot['oracle_gap']['mean'], 3)} ({fmt(slot['oracle_gap']['max'], 3)})", *cells])
+    return out + _table(["figure", "oracles", "oracle vs oracle (mean, max)", *methods], rows)
 
 
 def _continual(continual: Any, plots: Path, docs: Path) -> list[str]:

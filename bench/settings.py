@@ -51,6 +51,11 @@ class BenchSettings:
     wrk_connections: int
     gunicorn_workers: int
     audit_events: int
+    # Training seeds of the retrain oracle (seed 0 is the base's own recipe and the reference of
+    # every comparison; the others are the same recipe from another initialisation and data
+    # order): how far two models that never saw the people are from each other, the resolution
+    # of "within x of the oracle".
+    oracle_training_seeds: tuple[int, ...] = (0,)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,6 +78,7 @@ FULL = BenchSettings(
     scan_megabytes=100.0, scan_subjects=(1, 100), scan_large_megabytes=1000.0, scan_shards=8,
     pipeline_timeout_s=600.0,
     wrk_seconds=15, wrk_connections=8, gunicorn_workers=2, audit_events=1_000_000,
+    oracle_training_seeds=(0, 1, 2),
 )
 
 MODES = {"quick": QUICK, "full": FULL}

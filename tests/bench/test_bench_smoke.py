@@ -19,7 +19,7 @@ import torch
 from bench import tofu
 from bench.assets import Assets, forget_people
 from bench.console import Console
-from bench.quality import summarise
+from bench.quality import oracle_spread, summarise
 from bench.report import write_report
 from bench.results import is_missing, measure, not_measured
 from bench.service import parse_wrk
@@ -80,6 +80,27 @@ def test_it_counts_each_checks_verdicts_and_the_agreement_with_the_oracle() -> N
     assert summary["retrain-oracle"]["oracle_agreement"]["mean"] == pytest.approx(3.0)
 
 
+def test_the_oracles_spread_is_the_distance_between_training_seeds_and_places_each_method() -> None:
+    runs = []
+    for seed, (oracle, asu) in enumerate(((0.43, 0.53), (0.45, 0.70))):
+        runs.append({**_run("retrain-oracle", seed, 0.05, 1.0, True), "metrics": {"mia.auc": oracle}})
+        runs.append({**_run("asu-kl", seed, 0.1, 0.9, True), "metrics": {"mia.auc": asu}})
+    others = [{"fraction": 0.05, "seed": seed, "training_seed": t, "passed": t != 2,
+               "failed_checks": [] if t != 2 else ["membership parity"], "metrics": {"mia.auc": value}}
+              for seed, values in enumerate(((0.61, 0.46), (0.50, 0.40))) for t, value in zip((1, 2), values)]
+    entry = oracle_spread(runs, others)[0]
+    assert entry["training_seeds"] == [0, 1, 2] and entry["verifications"] == 6 and entry["passed"] == 4
+    assert entry["failed_checks"] == {"membership parity": 2}
+    slot = entry["metrics"]["mia.auc"]
+    # Seed 0: oracles 0.43 / 0.61 / 0.46 (range 0.18); seed 1: 0.45 / 0.50 / 0.40 (0.10).
+    assert slot["oracle_gap"]["mean"] == pytest.approx(0.14) and slot["oracle_gap"]["max"] == pytest.approx(0.18)
+    asu = slot["methods"]["asu-kl"]
+    # 0.53 lies inside seed 0's oracles, 0.70 outside seed 1's; gaps to the seed-0 oracle 0.10 and 0.25.
+    assert asu["within"] == 1 and asu["runs"] == 2
+    assert asu["gap"]["mean"] == pytest.approx(0.175) and asu["gap_max"] == pytest.approx(0.25)
+    assert "retrain-oracle" not in slot["methods"]
+
+
 def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Path) -> None:
     runs = [_run("asu-kl", s, 0.1 + 0.05 * s, 0.95, True) for s in range(2)]
     runs += [_run("graddiff", s, 0.3, 0.6, False, failing=("retained-fact accuracy",)) for s in range(2)]
@@ -87,7 +108,10 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
     results = {
         "meta": {"date": "2026-11-29 18:00 UTC", "command": "python -m bench run --quick", "mode": "quick",
                  "machine": {"cores": 2, "memory_gib": 23.5}, "duration_s": 12.0},
-        "quality": {"runs": runs, "summary": summarise(runs),
+        "quality": {"runs": runs, "summary": summarise(runs), "oracle_spread": oracle_spread(runs, [
+                        {"fraction": 0.05, "seed": s, "training_seed": 1, "passed": False,
+                         "failed_checks": ["membership parity"], "metrics": {"leakage.forget": 0.02}}
+                        for s in range(2)]),
                     "references": {"0.05": {"people": 10, "forget_facts": 110, "base": {"model_utility": 0.7}}}},
         "continual": {"method": "asu", "steps": [
             {"step": 1, "passed": False, "cumulative_leakage": 0.1, "control_leakage": 0.07,
@@ -121,6 +145,11 @@ def test_the_report_says_what_was_not_measured_and_draws_its_plots(tmp_path: Pat
     md = md_path.read_text(encoding="utf-8")
     assert "not measured: FileNotFoundError: no model" in md
     assert "not measured: RuntimeError: the worker died" in md
+    assert "**2 of 4 oracle verifications pass the policy** (failed: membership parity (2))" in md
+    # leakage.forget: oracles 0.05 / 0.02 at both seeds; asu-kl 0.10 and 0.15 (outside, 0.05 and 0.10 off).
+    spread = md[md.index("The oracle's own spread"):]
+    assert _cells(spread, "`leakage.forget`") == ["0.050 / 0.020; 0.050 / 0.020", "0.030 (0.030)", "0/2, 0.075 (0.100)",
+                                                   "0/2, 0.250 (0.250)"]
     step = _cells(md, "1")
     assert step[:4] == ["no", "15/16", "0.980", "0.960"] and step[-1] == "membership parity"
     assert "not measured: ZeroDivisionError" in md
