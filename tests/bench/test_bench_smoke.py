@@ -87,7 +87,7 @@ def test_the_oracles_spread_is_the_distance_between_training_seeds_and_places_ea
         runs.append({**_run("asu-kl", seed, 0.1, 0.9, True), "metrics": {"mia.auc": asu}})
     others = [{"fraction": 0.05, "seed": seed, "training_seed": t, "passed": t != 2,
                "failed_checks": [] if t != 2 else ["membership parity"], "metrics": {"mia.auc": value}}
-              for seed, values in enumerate(((0.61, 0.46), (0.50, 0.40))) for t, value in zip((1, 2), values)]
+              for seed, values in enumerate(((0.61, 0.46), (0.50, 0.40))) for t, value in zip((1, 2), values, strict=True)]
     entry = oracle_spread(runs, others)[0]
     assert entry["training_seeds"] == [0, 1, 2] and entry["verifications"] == 6 and entry["passed"] == 4
     assert entry["failed_checks"] == {"membership parity": 2}
