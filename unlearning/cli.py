@@ -143,15 +143,24 @@ def _existing_file(argument: str, path: Path) -> Path:
     return path
 
 
-def _model_dir(argument: str, path: Path) -> Path:
-    """A directory that holds a loadable config and tokenizer (weights load later)."""
+def _model_dir(argument: str, path: Path, *, causal_lm: bool = True) -> Path:
+    """A directory that holds a loadable config and tokenizer (weights load later), and, with
+    `causal_lm`, a decoder-only causal LM: an encoder or encoder-decoder is refused here, naming
+    its architecture, before the corpus is read."""
     if not path.is_dir():
         raise ArgumentError(argument, f"not a directory: {path}")
     from transformers import AutoConfig, AutoTokenizer
 
+    from unlearning.modeling import ModelLoadError, check_causal_lm
+
     try:
-        AutoConfig.from_pretrained(path, trust_remote_code=True)
+        if causal_lm:
+            check_causal_lm(path)
+        else:
+            AutoConfig.from_pretrained(path, trust_remote_code=True)
         AutoTokenizer.from_pretrained(path)
+    except ModelLoadError as exc:
+        raise ArgumentError(argument, (str(exc).splitlines() or [""])[0]) from exc
     except (OSError, ValueError, KeyError) as exc:
         raise ArgumentError(argument, f"{path} does not load as a model: {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
@@ -347,7 +356,7 @@ def _cmd_train_base(args: argparse.Namespace, progress: Any) -> int:
     _writable_out("--out", args.out)
     tokenizer = None
     if args.tokenizer is not None:
-        tokenizer = _model_dir("--tokenizer", args.tokenizer)
+        tokenizer = _model_dir("--tokenizer", args.tokenizer, causal_lm=False)
     from unlearning.prompting import RecordRefused
 
     try:

@@ -30,8 +30,8 @@ from unlearning.prompting import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ModelLoadError", "chat_prompt_ids", "complete_texts", "default_device", "fit_prompts",
-    "generate_answers", "load_model", "position_limit",
+    "ModelLoadError", "chat_prompt_ids", "check_causal_lm", "complete_texts", "default_device",
+    "fit_prompts", "generate_answers", "load_model", "position_limit",
 ]
 
 DEFAULT_ATTENTION = "sdpa"
@@ -121,6 +121,45 @@ def _trust_remote_code(directory: Path) -> bool:
     return True
 
 
+def _architecture(config: Any) -> str:
+    """`model_type (SavedClass, ...)`: how a refusal names the architecture."""
+    saved = ", ".join(getattr(config, "architectures", None) or [])
+    return f"{getattr(config, 'model_type', '') or type(config).__name__}" + (f" ({saved})" if saved else "")
+
+
+def check_causal_lm(path: str | Path) -> None:
+    """Refuse, naming the architecture, a model directory that holds no decoder-only causal LM.
+
+    Every method and check here reads next-token logits of one causal stack.  An
+    encoder-decoder (T5, BART: `is_encoder_decoder`) has none, and transformers refuses
+    it with its own message.  An encoder (BERT, RoBERTa: a config with `is_decoder`
+    false) is worse: `AutoModelForCausalLM` loads it as a "LM head" model whose
+    attention stays bidirectional, so every position sees the tokens it should predict,
+    and erasure and verification would run on a model that reads the answer.  Only the
+    config is read (no weights), with remote code only where `load_model` allows it.
+    Raises `ModelLoadError` naming the directory."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoConfig
+
+    directory = Path(path)
+    if directory.is_symlink() or not (directory / "config.json").is_file():
+        raise ModelLoadError(f"{directory}: not a model directory (no config.json)")
+    trust_remote_code = _trust_remote_code(directory)
+    try:
+        with quiet_transformers():
+            config = AutoConfig.from_pretrained(directory, trust_remote_code=trust_remote_code,
+                                                local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        reason = (str(exc).splitlines() or [""])[0]
+        raise ModelLoadError(f"{directory}: config.json does not load ({type(exc).__name__}: {reason})") from exc
+    needs = "the engine erases decoder-only causal language models (GPT-, Llama-like)"
+    if getattr(config, "is_encoder_decoder", False):
+        raise ModelLoadError(f"{directory}: {_architecture(config)} is an encoder-decoder model; {needs}")
+    if getattr(config, "is_decoder", None) is False:
+        raise ModelLoadError(f"{directory}: {_architecture(config)} is an encoder-only model (bidirectional "
+                             f"attention; its config has is_decoder false); {needs}")
+
+
 def _refuses_attention(exc: ValueError) -> bool:
     """Is this transformers' refusal of an attention implementation the architecture lacks?"""
     text = str(exc)
@@ -155,7 +194,8 @@ def load_model(
     bf16 on CUDA, fp32 on CPU.  Checkpoints that ship code through `auto_map`
     (KIF) load it, with their gates, only when every entry names a module file of the
     directory itself (`_trust_remote_code`); a checkpoint holding a symlink is refused.
-    Nothing is fetched: `local_files_only` on every call and `HF_HUB_OFFLINE=1`.
+    Nothing is fetched: `local_files_only` on every call and `HF_HUB_OFFLINE=1`.  An
+    encoder or encoder-decoder model is refused, naming its architecture (`check_causal_lm`).
     `gates=False` switches KIF gates off.  The attention implementation is always
     passed explicitly because `from_pretrained` otherwise picks its own default; an
     architecture that refuses it loads with eager attention (`_from_pretrained`).
@@ -171,6 +211,7 @@ def load_model(
     if directory.is_symlink() or not (directory / "config.json").is_file():
         raise ModelLoadError(f"{directory}: not a model directory (no config.json)")
     _refuse_links(directory)
+    check_causal_lm(directory)
     trust_remote_code = _trust_remote_code(directory)
     device = device or default_device()
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
