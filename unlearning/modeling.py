@@ -24,6 +24,7 @@ from unlearning.prompting import (
     chat_prompt_ids,
     continuation_ids,
     default_format,
+    pad_id_of,
     read_format,
 )
 
@@ -278,8 +279,10 @@ def _generate(
     import torch
 
     device = next(model.parameters()).device
-    pad_id = int(tokenizer.pad_token_id)
-    eos_id = int(tokenizer.eos_token_id)
+    pad_id = pad_id_of(tokenizer)
+    # A tokenizer with no end-of-sequence token (the model never learnt to stop): every
+    # answer runs to `max_new_tokens`, as the scorers' generation does (`verification.generation`).
+    eos_id = tokenizer.eos_token_id
     prompts, max_new_tokens = fit_prompts(model, prompts, max_new_tokens)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # sampled generations are reproducible for a given seed
@@ -305,7 +308,7 @@ def _generate(
                     **options,
                 )
             for row in generated[:, width:].tolist():
-                if eos_id in row:
+                if eos_id is not None and eos_id in row:
                     row = row[: row.index(eos_id)]
                 outputs.append(tokenizer.decode(row, skip_special_tokens=True).strip())
     finally:
