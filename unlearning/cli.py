@@ -145,20 +145,26 @@ def _existing_file(argument: str, path: Path) -> Path:
 
 def _model_dir(argument: str, path: Path, *, causal_lm: bool = True) -> Path:
     """A directory that holds a loadable config and tokenizer (weights load later), and, with
-    `causal_lm`, a decoder-only causal LM: an encoder or encoder-decoder is refused here, naming
-    its architecture, before the corpus is read."""
+    `causal_lm`, a decoder-only causal LM with a usable prompt format: an encoder or
+    encoder-decoder, or a chat template that refuses one user question, is refused here
+    before the corpus is read."""
     if not path.is_dir():
         raise ArgumentError(argument, f"not a directory: {path}")
     from transformers import AutoConfig, AutoTokenizer
 
-    from unlearning.modeling import ModelLoadError, check_causal_lm
+    from unlearning.modeling import ModelLoadError, check_causal_lm, model_format
+    from unlearning.prompting import PromptFormatError
 
     try:
         if causal_lm:
             check_causal_lm(path)
         else:
             AutoConfig.from_pretrained(path, trust_remote_code=True)
-        AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if causal_lm:
+            model_format(path, tokenizer)
+    except PromptFormatError as exc:
+        raise ArgumentError(argument, f"{path}: {(str(exc).splitlines() or [''])[0]}") from exc
     except ModelLoadError as exc:
         raise ArgumentError(argument, (str(exc).splitlines() or [""])[0]) from exc
     except (OSError, ValueError, KeyError) as exc:

@@ -19,6 +19,8 @@ from typing import Any
 
 from unlearning.checkpoints import quiet_transformers
 from unlearning.prompting import (
+    FORMAT_FILE,
+    PromptFormat,
     PromptFormatError,
     attach_format,
     chat_prompt_ids,
@@ -26,13 +28,14 @@ from unlearning.prompting import (
     default_format,
     pad_id_of,
     read_format,
+    template_refusal,
 )
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ModelLoadError", "chat_prompt_ids", "check_causal_lm", "complete_texts", "default_device",
-    "fit_prompts", "generate_answers", "load_model", "position_limit",
+    "fit_prompts", "generate_answers", "load_model", "model_format", "position_limit",
 ]
 
 DEFAULT_ATTENTION = "sdpa"
@@ -186,6 +189,23 @@ def _from_pretrained(auto: Any, directory: Path, attn_implementation: str, **kwa
     return model
 
 
+def model_format(directory: str | Path, tokenizer: Any) -> PromptFormat:
+    """The prompt format of a model directory: the one it stores, else its tokenizer's default.
+
+    A chat template that cannot render one user question is refused (`template_refusal`)
+    instead of silently asking in plain text.  Raises `PromptFormatError`."""
+    stored = read_format(directory)
+    if stored is not None:
+        return stored
+    refusal = template_refusal(tokenizer)
+    if refusal is not None:
+        raise PromptFormatError(
+            f"the tokenizer's chat template refuses a conversation of one user question ({refusal}), "
+            f"so questions cannot be asked the way the model was trained; store the format beside the "
+            f"weights ({FORMAT_FILE}: {{\"kind\": \"plain\"}} for a model trained on plain text)")
+    return default_format(tokenizer)
+
+
 def load_model(
     path: str | Path, *, device: str | None = None, gates: bool = True,
     attn_implementation: str = DEFAULT_ATTENTION,
@@ -232,7 +252,7 @@ def load_model(
     # The prompt format stored with the model (or the tokenizer's default): the same layout
     # in training, erasure and verification.
     try:
-        attach_format(tokenizer, read_format(directory) or default_format(tokenizer))
+        attach_format(tokenizer, model_format(directory, tokenizer))
     except PromptFormatError as exc:
         raise ModelLoadError(f"{directory}: {exc}") from exc
     tokenizer.padding_side = "left"

@@ -304,6 +304,25 @@ def _for_template(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[di
     return turns
 
 
+def template_refusal(tokenizer: Any) -> str | None:
+    """Why the tokenizer's chat template cannot render one user question, or None (it can, or
+    there is no template): a template that requires a system message, or refuses the user role.
+
+    `default_format` takes the plain format for such a template, which is right for a model
+    trained here (train-base stores the format it trained with) and wrong for a model trained
+    through the template: every question would be asked in a layout it never saw, and
+    leakage would go unseen.  `load_model` refuses such a model unless its directory stores
+    a format (`prompt_format.json`)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    try:
+        tokenizer.apply_chat_template([{"role": "user", "content": "Q x?"}], add_generation_prompt=True,
+                                      tokenize=False)
+    except Exception as exc:  # noqa: BLE001 - a template is code shipped with the model: whatever it raised
+        return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+    return None
+
+
 def _template_is_consistent(tokenizer: Any) -> bool:
     """Does the chat template render a conversation as prefix + assistant turn?"""
     try:
