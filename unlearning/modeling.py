@@ -136,12 +136,14 @@ def check_causal_lm(path: str | Path) -> None:
 
     Every method and check here reads next-token logits of one causal stack.  An
     encoder-decoder (T5, BART: `is_encoder_decoder`) has none, and transformers refuses
-    it with its own message.  An encoder (BERT, RoBERTa: a config with `is_decoder`
-    false) is worse: `AutoModelForCausalLM` loads it as a "LM head" model whose
-    attention stays bidirectional, so every position sees the tokens it should predict,
-    and erasure and verification would run on a model that reads the answer.  Only the
-    config is read (no weights), with remote code only where `load_model` allows it.
-    Raises `ModelLoadError` naming the directory."""
+    it with its own message.  An encoder (BERT, RoBERTa) is worse: `AutoModelForCausalLM`
+    loads it as a "LM head" model whose attention stays bidirectional unless its config
+    says `is_decoder`, so every position sees the tokens it should predict, and erasure
+    and verification would run on a model that reads the answer.  `is_decoder` alone does
+    not tell (GPT-NeoX's config has it false and is causal): the model is built from its
+    config on the meta device (no weights, no memory) and refused when one of its
+    attention modules says `is_causal` false.  Remote code loads only where `load_model`
+    allows it.  Raises `ModelLoadError` naming the directory."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoConfig
 
@@ -160,8 +162,28 @@ def check_causal_lm(path: str | Path) -> None:
     if getattr(config, "is_encoder_decoder", False):
         raise ModelLoadError(f"{directory}: {_architecture(config)} is an encoder-decoder model; {needs}")
     if getattr(config, "is_decoder", None) is False:
-        raise ModelLoadError(f"{directory}: {_architecture(config)} is an encoder-only model (bidirectional "
-                             f"attention; its config has is_decoder false); {needs}")
+        bidirectional = _bidirectional_attention(config, trust_remote_code)
+        if bidirectional:
+            raise ModelLoadError(f"{directory}: {_architecture(config)} is an encoder-only model ({bidirectional} "
+                                 f"attends both ways: its config has is_decoder false); {needs}")
+
+
+def _bidirectional_attention(config: Any, trust_remote_code: bool) -> str | None:
+    """The class name of an attention module of `config`'s causal-LM model that is not causal,
+    or None; the model is built on the meta device (nothing allocated).  A model that does not
+    build here is left to `from_pretrained`, which names what is wrong."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"), quiet_transformers():
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)  # type: ignore[no-untyped-call]
+    except Exception:  # noqa: BLE001 - whatever the build raised, the load names it
+        return None
+    for module in model.modules():
+        if getattr(module, "is_causal", None) is False:
+            return type(module).__name__
+    return None
 
 
 def _refuses_attention(exc: ValueError) -> bool:

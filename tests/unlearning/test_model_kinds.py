@@ -52,7 +52,7 @@ def _corpus(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("build", "words"), [
     (_t5, ("t5 (T5ForConditionalGeneration)", "encoder-decoder")),
-    (_bert, ("bert (BertForMaskedLM)", "encoder-only")),
+    (_bert, ("bert (BertForMaskedLM)", "encoder-only", "BertSelfAttention attends both ways")),
 ])
 def test_erase_refuses_a_model_that_is_no_causal_lm_naming_its_architecture(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, build: Any, words: tuple[str, ...],
@@ -94,3 +94,15 @@ def test_load_model_refuses_an_encoder_and_loads_a_bert_configured_as_a_decoder(
     changed[0, -1] = 9
     with torch.no_grad():
         assert torch.allclose(model(input_ids=ids).logits[0, :3], model(input_ids=changed).logits[0, :3])
+
+
+def test_a_causal_model_whose_config_says_is_decoder_false_is_not_refused(tmp_path: Path) -> None:
+    import transformers as T
+
+    from unlearning.modeling import check_causal_lm
+
+    tokenizer = _tokenizer()
+    config = T.GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                             vocab_size=len(tokenizer))
+    assert config.is_decoder is False
+    check_causal_lm(_save(tmp_path, "neox", T.AutoModelForCausalLM.from_config(config), tokenizer))
