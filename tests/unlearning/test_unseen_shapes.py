@@ -2,7 +2,8 @@
 tokenizer trained in the test (never downloaded):
 
 - a chat template that refuses a system turn (Gemma's) with a corpus whose chats have one;
-- records longer than the model's positions (GPT-2's learnt position embeddings);
+- records longer than the model's positions (GPT-2's learnt position embeddings), in
+  generation, scoring, the relearning attack and KIF's signature prompts;
 - architectures with no sdpa attention (BLOOM, Gemma2): they load with eager attention;
 - an architecture ASU cannot temper (Falcon's alibi): the result says so.
 """
@@ -242,6 +243,20 @@ def test_the_relearning_attack_trains_on_long_records_cut_to_the_positions(tmp_p
     records = [Record(id="long", text=" ".join(TEXTS * 3)), Record(id="short", text=TEXTS[0])]
     curve = list(relearn_curve(model, tokenizer, records, RelearnSettings(budgets=(2,), batch_size=2), seed=0))
     assert [steps for steps, _ in curve] == [2]
+
+
+def test_kif_reads_the_activations_of_prompts_longer_than_the_positions_at_their_end(tmp_path: Path) -> None:
+    from unlearning.methods.kif import residual_activations
+
+    model, tokenizer = _gpt2(tmp_path)
+    long = _long_ids(tokenizer, 100)
+    # A name position kept by the cut, and one cut off with the prompt's beginning.
+    acts = residual_activations(model, tokenizer, [long, long, long[:10]], [90, 5, 3])
+    alone = residual_activations(model, tokenizer, [long[-32:], long[:10]], [90 - 68, None])
+    assert acts["all"].shape[1] == 32 + 32 + 10
+    assert torch.allclose(acts["prompt_end"][:, 0], alone["prompt_end"][:, 0], atol=1e-5)
+    assert torch.allclose(acts["subject"][:, 0], alone["subject"][:, 0], atol=1e-5)
+    assert torch.allclose(acts["subject"][:, 1], alone["prompt_end"][:, 0], atol=1e-5)
 
 
 # ------------------------------------------------------------------ 3. no sdpa attention

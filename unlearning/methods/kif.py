@@ -53,6 +53,7 @@ from unlearning.methods.base import (
     answer_logits,
     encode_all,
     make_batches,
+    max_positions,
 )
 from unlearning.methods.targets import (
     Dist,
@@ -133,10 +134,19 @@ def residual_activations(
     model: nn.Module, tokenizer: Any, prompts: Sequence[Sequence[int]], name_positions: Sequence[int | None],
     *, batch_size: int = 32,
 ) -> dict[str, torch.Tensor]:
-    """Per position kind (``subject``, ``prompt_end``, ``all``): (layers, n, hidden) activations after each layer."""
+    """Per position kind (``subject``, ``prompt_end``, ``all``): (layers, n, hidden) activations after each layer.
+
+    A prompt longer than the model's positions keeps its end (the question), as generation
+    cuts it; a name position cut off with its beginning reads the prompt's end instead."""
     layers = kif_remote.decoder_layers(model)
     device = next(model.parameters()).device
     pad = pad_id_of(tokenizer)
+    limit = max_positions(model)
+    if limit is not None:
+        cuts = [max(0, len(ids) - limit) for ids in prompts]
+        prompts = [list(ids[cut:]) for ids, cut in zip(prompts, cuts, strict=True)]
+        name_positions = [p - cut if p is not None and p >= cut else None
+                          for p, cut in zip(name_positions, cuts, strict=True)]
     captured: list[torch.Tensor] = []
 
     def hook(module: nn.Module, args: Any, output: Any) -> None:
