@@ -152,14 +152,15 @@ def _model_dir(argument: str, path: Path, *, causal_lm: bool = True) -> Path:
         raise ArgumentError(argument, f"not a directory: {path}")
     from transformers import AutoConfig, AutoTokenizer
 
-    from unlearning.modeling import ModelLoadError, check_causal_lm, model_format
+    from unlearning.modeling import ModelLoadError, check_causal_lm, model_format, remote_code_allowed
     from unlearning.prompting import PromptFormatError
 
     try:
         if causal_lm:
             check_causal_lm(path)
         else:
-            AutoConfig.from_pretrained(path, trust_remote_code=True)
+            # Remote code only where `auto_map` names a module of this directory, as `load_model`.
+            AutoConfig.from_pretrained(path, trust_remote_code=remote_code_allowed(path))
         tokenizer = AutoTokenizer.from_pretrained(path)
         if causal_lm:
             model_format(path, tokenizer)

@@ -91,7 +91,7 @@ def _refuse_links(directory: Path) -> None:
                     "special file; refused")
 
 
-def _trust_remote_code(directory: Path) -> bool:
+def remote_code_allowed(directory: Path) -> bool:
     """True when `auto_map` names code, and only code inside this checkpoint.
 
     Each `auto_map` entry must be `module.Class` with `module.py` a regular file of the
@@ -150,7 +150,7 @@ def check_causal_lm(path: str | Path) -> None:
     directory = Path(path)
     if directory.is_symlink() or not (directory / "config.json").is_file():
         raise ModelLoadError(f"{directory}: not a model directory (no config.json)")
-    trust_remote_code = _trust_remote_code(directory)
+    trust_remote_code = remote_code_allowed(directory)
     try:
         with quiet_transformers():
             config = AutoConfig.from_pretrained(directory, trust_remote_code=trust_remote_code,
@@ -236,7 +236,7 @@ def load_model(
 
     bf16 on CUDA, fp32 on CPU.  Checkpoints that ship code through `auto_map`
     (KIF) load it, with their gates, only when every entry names a module file of the
-    directory itself (`_trust_remote_code`); a checkpoint holding a symlink is refused.
+    directory itself (`remote_code_allowed`); a checkpoint holding a symlink is refused.
     Nothing is fetched: `local_files_only` on every call and `HF_HUB_OFFLINE=1`.  An
     encoder or encoder-decoder model is refused, naming its architecture (`check_causal_lm`).
     `gates=False` switches KIF gates off.  The attention implementation is always
@@ -255,7 +255,7 @@ def load_model(
         raise ModelLoadError(f"{directory}: not a model directory (no config.json)")
     _refuse_links(directory)
     check_causal_lm(directory)
-    trust_remote_code = _trust_remote_code(directory)
+    trust_remote_code = remote_code_allowed(directory)
     device = device or default_device()
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     try:

@@ -85,3 +85,25 @@ def test_a_weights_file_that_is_a_symlink_is_refused(checkpoint: Path, tmp_path:
 
     with pytest.raises(ModelLoadError, match="symlink"):
         load_model(checkpoint, device="cpu")
+
+
+def test_train_base_never_runs_code_a_tokenizer_folder_names_outside_itself(
+    capsys, checkpoint: Path, tiny_corpus_dir: Path, tmp_path: Path,
+) -> None:
+    """`train-base --tokenizer DIR` reads DIR's config under the same rule as `load_model`
+    (it passed `trust_remote_code=True` for any folder)."""
+    from tests.cli_run import run_cli
+
+    marker = tmp_path / "imported.txt"
+    (checkpoint / "evil.py").symlink_to(tmp_path / "outside.py")
+    (tmp_path / "outside.py").write_text(EVIL.format(marker=str(marker)))
+    config_path = checkpoint / "config.json"
+    config = json.loads(config_path.read_text())
+    config["auto_map"] = {"AutoConfig": "evil.EvilConfig"}
+    config_path.write_text(json.dumps(config))
+
+    code, _, err = run_cli(capsys, "train-base", "--corpus", str(tiny_corpus_dir / "corpus.jsonl"),
+                           "--tokenizer", str(checkpoint), "--out", str(tmp_path / "out"), "--preset", "tiny")
+    assert code == 2
+    assert "--tokenizer" in err and "refused" in err and "Traceback" not in err
+    assert not marker.exists()
