@@ -152,7 +152,12 @@ def _model_dir(argument: str, path: Path, *, causal_lm: bool = True) -> Path:
         raise ArgumentError(argument, f"not a directory: {path}")
     from transformers import AutoConfig, AutoTokenizer
 
-    from unlearning.modeling import ModelLoadError, check_causal_lm, model_format, remote_code_allowed
+    from unlearning.modeling import (
+        ModelLoadError,
+        check_causal_lm,
+        model_format,
+        remote_code_allowed,
+    )
     from unlearning.prompting import PromptFormatError
 
     try:
