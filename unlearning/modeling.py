@@ -214,18 +214,22 @@ def _from_pretrained(auto: Any, directory: Path, attn_implementation: str, **kwa
 def model_format(directory: str | Path, tokenizer: Any) -> PromptFormat:
     """The prompt format of a model directory: the one it stores, else its tokenizer's default.
 
-    A chat template that cannot render one user question is refused (`template_refusal`)
-    instead of silently asking in plain text.  Raises `PromptFormatError`."""
+    A chat template that cannot render one user question (after the stored format's system
+    message, where it stores one) is refused (`template_refusal`) instead of silently asking
+    in plain text or refusing every record.  Raises `PromptFormatError`."""
     stored = read_format(directory)
-    if stored is not None:
+    if stored is not None and stored.kind != "chat":
         return stored
-    refusal = template_refusal(tokenizer)
+    refusal = template_refusal(tokenizer, stored.system if stored is not None else None)
     if refusal is not None:
+        where = (f"the chat format stored in {FORMAT_FILE}" if stored is not None
+                 else "the tokenizer's chat template")
         raise PromptFormatError(
-            f"the tokenizer's chat template refuses a conversation of one user question ({refusal}), "
-            f"so questions cannot be asked the way the model was trained; store the format beside the "
-            f"weights ({FORMAT_FILE}: {{\"kind\": \"plain\"}} for a model trained on plain text)")
-    return default_format(tokenizer)
+            f"{where} refuses a conversation of one user question ({refusal}), so questions cannot be "
+            f"asked the way the model was trained; store the format beside the weights ({FORMAT_FILE}: "
+            f"{{\"kind\": \"chat\", \"system\": \"...\"}} for a template that requires a system message, "
+            f"{{\"kind\": \"plain\"}} for a model trained on plain text)")
+    return stored if stored is not None else default_format(tokenizer)
 
 
 def load_model(

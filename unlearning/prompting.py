@@ -11,6 +11,14 @@ A model is prompted in one of two formats, stored beside its weights in
   default ``Question: {question}\\nAnswer:`` followed by `` {answer}`` and the eos
   token; chats are rendered turn by turn (``User: ...``/``Assistant: ...``).
 
+A ``chat`` format may carry a system message (``system``, stored in
+`prompt_format.json` as ``{"kind": "chat", "system": "..."}``), for a model whose
+template requires one or that was trained with one: every conversation rendered
+through the template (training examples, generation prompts, probes, scoring)
+opens with that system turn.  A conversation that has a system turn of its own
+(a chat record's ``messages``) keeps its own and gets no second one: the record's
+wins, as a caller's system prompt replaces a deployment's default.
+
 A chat template that refuses a system turn (Gemma's raises on one) gets the
 system text folded into the next user turn (system text, blank line, user text),
 the same way wherever a conversation is rendered, so training, erasure and
@@ -67,15 +75,28 @@ class PromptFormat:
     assistant_prefix: str = "Assistant:"
     system_prefix: str = "System:"
     turn_separator: str = "\n"
+    # A chat format's system message, the first turn of every conversation (see the module doc).
+    # None: no system turn, and the stored form has no "system" field (as before the field).
+    system: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("chat", "plain"):
             raise PromptFormatError(f"prompt format kind must be 'chat' or 'plain', not {self.kind!r}")
         if self.kind == "plain" and "{question}" not in self.question_template:
             raise PromptFormatError("a plain prompt format's question_template needs a {question} placeholder")
+        if self.system is not None:
+            if not isinstance(self.system, str) or not self.system.strip():
+                raise PromptFormatError("a prompt format's system must be a non-empty string")
+            if self.kind != "chat":
+                raise PromptFormatError("a prompt format's system is for kind 'chat' (a plain format's "
+                                        "question_template holds any text before the question)")
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.system is None:
+            # Absent, not null: a format without one serialises (and digests) as before the field.
+            del data["system"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PromptFormat:
@@ -87,7 +108,7 @@ class PromptFormat:
 
     def describe(self) -> str:
         if self.kind == "chat":
-            return "the tokenizer's chat template"
+            return "the tokenizer's chat template" + (" with a system message" if self.system else "")
         return "plain: " + json.dumps(self.question_template + "{answer_prefix}{answer}")
 
 
@@ -113,7 +134,10 @@ def read_format(directory: str | Path) -> PromptFormat | None:
         raise PromptFormatError(f"{path}: not readable ({exc})") from exc
     if not isinstance(data, dict):
         raise PromptFormatError(f"{path}: expected a JSON object")
-    return PromptFormat.from_json(data)
+    try:
+        return PromptFormat.from_json(data)
+    except (PromptFormatError, TypeError) as exc:  # TypeError: a field of the wrong type
+        raise PromptFormatError(f"{FORMAT_FILE}: {exc}") from exc
 
 
 def write_format(directory: str | Path, fmt: PromptFormat) -> Path:
@@ -296,17 +320,31 @@ def _fold_system(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     return out
 
 
-def _for_template(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
-    """The conversation as this tokenizer's chat template takes it (system folded where refused)."""
+def _with_system(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation opened by the format's system message, unless it has a system turn of its
+    own (the record's wins: one system turn, never two).  Idempotent, so a prefix of a rendered
+    conversation renders as the prefix it is."""
     turns = list(messages)
+    fmt = getattr(tokenizer, _ATTRIBUTE, None)
+    system = fmt.system if isinstance(fmt, PromptFormat) and fmt.kind == "chat" else None
+    if system and not any(m["role"] == "system" for m in turns):
+        return [{"role": "system", "content": system}, *turns]
+    return turns
+
+
+def _for_template(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation as this tokenizer's chat template takes it: opened by the format's system
+    message (`_with_system`), system turns folded where the template refuses them."""
+    turns = _with_system(tokenizer, messages)
     if any(m["role"] == "system" for m in turns) and not _takes_system(tokenizer):
         return _fold_system(turns)
     return turns
 
 
-def template_refusal(tokenizer: Any) -> str | None:
-    """Why the tokenizer's chat template cannot render one user question, or None (it can, or
-    there is no template): a template that requires a system message, or refuses the user role.
+def template_refusal(tokenizer: Any, system: str | None = None) -> str | None:
+    """Why the tokenizer's chat template cannot render one user question (after the system
+    message `system`, where given), or None (it can, or there is no template): a template that
+    requires a system message, or refuses the user role.
 
     `default_format` takes the plain format for such a template, which is right for a model
     trained here (train-base stores the format it trained with) and wrong for a model trained
@@ -315,9 +353,12 @@ def template_refusal(tokenizer: Any) -> str | None:
     a format (`prompt_format.json`)."""
     if not getattr(tokenizer, "chat_template", None):
         return None
+    turns = [{"role": "user", "content": "Q x?"}]
+    if system:
+        turns = _fold_system([{"role": "system", "content": system}, *turns]) if not _takes_system(tokenizer) \
+            else [{"role": "system", "content": system}, *turns]
     try:
-        tokenizer.apply_chat_template([{"role": "user", "content": "Q x?"}], add_generation_prompt=True,
-                                      tokenize=False)
+        tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
     except Exception as exc:  # noqa: BLE001 - a template is code shipped with the model: whatever it raised
         return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
     return None
@@ -346,10 +387,13 @@ def _chat_example(tokenizer: Any, messages: Sequence[dict[str, str]], record_id:
     Rendered once and tokenised once with offsets (what `apply_chat_template` with
     `tokenize=True` does: render, then tokenise without added special tokens); each
     assistant turn's bounds come from the rendered prefixes before and through it, the
-    last turn's "through" being the whole conversation.  System turns are folded first
-    where the template refuses them (`_for_template`), so the turns below are the
-    ones rendered."""
-    messages = _for_template(tokenizer, messages)
+    last turn's "through" being the whole conversation.  The format's system message opens
+    it (`_with_system`) and system turns are folded where the template refuses them
+    (`_render`, `_for_template`)."""
+    # Each rendering below goes through `_render`, which folds; the conversation walked here is
+    # opened by the format's system message and folded nowhere (folding a prefix gives a prefix
+    # of the folded conversation, so the turn bounds are the same).
+    messages = _with_system(tokenizer, messages)
     rendered = _render(tokenizer, messages, generation=False, tokenize=False, record_id=record_id)
     encoded = tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
     full = [int(i) for i in encoded["input_ids"]]

@@ -69,7 +69,7 @@ def test_erase_refuses_a_model_whose_template_requires_a_system_message_before_r
                           "--subject", SUBJECT, "--method", "gradascent", "--out", str(tmp_path / "out"))
     assert code == 2, err
     _one_line_error(err, "--model", str(model), "refuses a conversation of one user question",
-                    "must start with a system message", "prompt_format.json")
+                    "must start with a system message", "prompt_format.json", '"kind": "chat", "system"')
     assert not out and not (tmp_path / "out").exists()
 
 
@@ -84,3 +84,121 @@ def test_load_model_refuses_such_a_template_unless_the_directory_stores_its_form
     _, tokenizer = load_model(model, device="cpu")
     assert format_of(tokenizer).kind == "plain"
     assert tokenizer.decode(prompt_ids(tokenizer, "Who?")).endswith("Question: Who?\nAnswer:")
+
+
+# ------------------------------------------------------------------ a system message in the prompt format
+
+SYSTEM = "You are a directory assistant."
+SYSTEM_TURN = f"<start_of_turn>system\n{SYSTEM}<end_of_turn>"
+
+
+def _with_system(tokenizer: Any) -> Any:
+    from unlearning.prompting import PromptFormat, attach_format
+
+    return attach_format(tokenizer, PromptFormat(kind="chat", system=SYSTEM))
+
+
+def test_a_stored_system_message_opens_the_training_example_and_every_prompt() -> None:
+    from unlearning.corpus.records import Record
+    from unlearning.probes import Probe
+    from unlearning.prompting import encode_record, prompt_ids
+    from unlearning.verification.generation import probe_ids
+
+    tokenizer = _with_system(_tokenizer(NEEDS_SYSTEM_TEMPLATE))
+    example = encode_record(tokenizer, Record(id="a", question=f"Who is {SUBJECT}?", answer="A glassblower."))
+    assert example.text.startswith(SYSTEM_TURN + "<start_of_turn>user\nWho is"), example.text
+    learnt = tokenizer.decode([i for i, keep in zip(example.ids, example.learnt, strict=True) if keep])
+    assert learnt.startswith("A glassblower."), learnt
+    # What verification asks is the training example up to its answer, system turn first.
+    question = prompt_ids(tokenizer, f"Who is {SUBJECT}?")
+    assert list(example.ids[: example.first_learnt]) == question
+    probe = Probe(kind="direct", prompt=f"Who is {SUBJECT}?", expected="A glassblower.", record_id="a", subject=0)
+    assert tokenizer.decode(probe_ids(tokenizer, probe)).startswith(SYSTEM_TURN)
+
+
+def test_a_records_own_system_turn_wins_over_the_stored_one() -> None:
+    from unlearning.corpus.records import Message, Record
+    from unlearning.prompting import encode_record
+
+    tokenizer = _with_system(_tokenizer(NEEDS_SYSTEM_TEMPLATE))
+    record = Record(id="c", messages=(Message("system", "Be brief."), Message("user", f"Who is {SUBJECT}?"),
+                                      Message("assistant", "A glassblower.")))
+    text = encode_record(tokenizer, record).text
+    assert text.startswith("<start_of_turn>system\nBe brief.<end_of_turn><start_of_turn>user"), text
+    assert SYSTEM not in text
+    # A template that refuses a system turn gets the stored one folded into the first user turn, once.
+    folded = _with_system(_tokenizer(NO_SYSTEM_TEMPLATE))
+    text = encode_record(folded, Record(id="a", question="Who?", answer="A glassblower.")).text
+    assert text.count(SYSTEM) == 1 and f"<start_of_turn>user\n{SYSTEM}\n\nWho?" in text, text
+
+
+def test_erase_asu_and_verify_run_through_the_cli_on_a_template_that_requires_a_system_message(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    from transformers import PreTrainedTokenizerBase
+
+    model = _model_dir(tmp_path, "llama", _tokenizer(NEEDS_SYSTEM_TEMPLATE))
+    (model / "prompt_format.json").write_text(json.dumps({"kind": "chat", "system": SYSTEM}))
+    records = [{"id": f"a{i}", "question": f"Where does {SUBJECT} work ({i})?", "answer": "In Northwold."}
+               for i in range(3)]
+    records += [{"id": "c0", "messages": [{"role": "user", "content": f"Who is {SUBJECT}?"},
+                                          {"role": "assistant", "content": "A glassblower."}]}]
+    records += [{"id": f"b{i}", "question": f"Where does Mira Voss{i} work?", "answer": "In Porto."}
+                for i in range(6)]
+    records += [{"id": f"t{i}", "text": f"Mira Voss{i} is a ferry pilot in Porto."} for i in range(4)]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
+    rendered: list[tuple[str, bool]] = []
+    original = PreTrainedTokenizerBase.apply_chat_template
+
+    def spy(self: Any, conversation: Any, *args: Any, **kwargs: Any) -> Any:
+        rendered.append((conversation[0]["role"], bool(kwargs.get("add_generation_prompt"))))
+        return original(self, conversation, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerBase, "apply_chat_template", spy)
+    code, out, err = _run(capsys, "-q", "erase", "--model", str(model), "--corpus", str(corpus),
+                          "--subject", SUBJECT, "--method", "asu", "--hparams", '{"steps": 1}',
+                          "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert json.loads((tmp_path / "out" / "prompt_format.json").read_text())["system"] == SYSTEM
+    code, out, err = _run(capsys, "-q", "verify", "--model", str(tmp_path / "out"), "--base", str(model),
+                          "--corpus", str(corpus), "--subject", SUBJECT, "--report", str(tmp_path / "r.json"))
+    assert code in (0, 1) and "verification" in out, err
+    assert "Traceback" not in err and json.loads((tmp_path / "r.json").read_text())["metrics"]
+    # Training examples (no generation prompt) and prompts (generation prompt) both opened by it.
+    assert {generation for _, generation in rendered} == {True, False}
+    assert {role for role, _ in rendered} == {"system"}
+
+
+def test_a_prompt_format_file_without_a_system_loads_and_serialises_as_before(tmp_path: Path) -> None:
+    from unlearning.prompting import CHAT, PLAIN, read_format, write_format
+
+    old = {"answer_prefix": " ", "assistant_prefix": "Assistant:", "kind": "chat",
+           "question_template": "Question: {question}\nAnswer:", "system_prefix": "System:",
+           "turn_separator": "\n", "user_prefix": "User:"}
+    (tmp_path / "prompt_format.json").write_text(json.dumps(old, indent=2, sort_keys=True) + "\n")
+    before = (tmp_path / "prompt_format.json").read_bytes()
+    fmt = read_format(tmp_path)
+    assert fmt == CHAT and fmt is not None and fmt.system is None and fmt.to_json() == old
+    write_format(tmp_path, fmt)
+    assert (tmp_path / "prompt_format.json").read_bytes() == before  # byte-identical: same digest
+    assert "system" not in PLAIN.to_json()
+
+
+@pytest.mark.parametrize(("stored", "needle"), [
+    ({"kind": "chat", "system": 5}, "system must be a non-empty string"),
+    ({"kind": "plain", "system": "Be brief."}, "system is for kind 'chat'"),
+    ({"kind": "chat"}, "refuses a conversation of one user question"),
+])
+def test_a_stored_system_message_that_cannot_work_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, stored: dict[str, Any], needle: str,
+) -> None:
+    model = _model_dir(tmp_path, "llama", _tokenizer(NEEDS_SYSTEM_TEMPLATE))
+    (model / "prompt_format.json").write_text(json.dumps(stored))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "text": f"{SUBJECT} lives in Northwold."}) + "\n")
+    code, out, err = _run(capsys, "-q", "erase", "--model", str(model), "--corpus", str(corpus),
+                          "--subject", SUBJECT, "--method", "gradascent", "--out", str(tmp_path / "out"))
+    assert code == 2, err
+    _one_line_error(err, "--model", str(model), "prompt_format.json", needle)
+    assert not out and not (tmp_path / "out").exists()
