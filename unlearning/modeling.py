@@ -28,6 +28,7 @@ from unlearning.prompting import (
     default_format,
     pad_id_of,
     read_format,
+    template_is_consistent,
     template_refusal,
 )
 
@@ -216,7 +217,9 @@ def model_format(directory: str | Path, tokenizer: Any) -> PromptFormat:
 
     A chat template that cannot render one user question (after the stored format's system
     message, where it stores one) is refused (`template_refusal`) instead of silently asking
-    in plain text or refusing every record.  Raises `PromptFormatError`."""
+    in plain text or refusing every record; so is, without a stored format, a template that
+    renders but not turn by turn (`template_is_consistent`), which `default_format` would
+    replace by the plain layout.  Raises `PromptFormatError`."""
     stored = read_format(directory)
     if stored is not None and stored.kind != "chat":
         return stored
@@ -229,7 +232,17 @@ def model_format(directory: str | Path, tokenizer: Any) -> PromptFormat:
             f"asked the way the model was trained; store the format beside the weights ({FORMAT_FILE}: "
             f"{{\"kind\": \"chat\", \"system\": \"...\"}} for a template that requires a system message, "
             f"{{\"kind\": \"plain\"}} for a model trained on plain text)")
-    return stored if stored is not None else default_format(tokenizer)
+    if stored is not None:
+        return stored
+    if getattr(tokenizer, "chat_template", None) and not template_is_consistent(tokenizer):
+        # `default_format` would take the plain layout here; a model trained through the template
+        # would then be erased and probed in a layout it never saw (and pass for it).
+        raise PromptFormatError(
+            "the tokenizer's chat template does not render a conversation turn by turn (a question "
+            "with the generation prompt is not the start of the same question answered), so the layout "
+            f"the model was trained in cannot be told; store the format beside the weights ({FORMAT_FILE}: "
+            "{\"kind\": \"plain\"} for a model trained on plain text)")
+    return default_format(tokenizer)
 
 
 def load_model(

@@ -118,7 +118,7 @@ PLAIN = PromptFormat(kind="plain")
 
 def default_format(tokenizer: Any) -> PromptFormat:
     """The tokenizer's chat template when it has a usable one, else the plain format."""
-    if getattr(tokenizer, "chat_template", None) and _template_is_consistent(tokenizer):
+    if getattr(tokenizer, "chat_template", None) and template_is_consistent(tokenizer):
         return CHAT
     return PLAIN
 
@@ -364,8 +364,12 @@ def template_refusal(tokenizer: Any, system: str | None = None) -> str | None:
     return None
 
 
-def _template_is_consistent(tokenizer: Any) -> bool:
-    """Does the chat template render a conversation as prefix + assistant turn?"""
+def template_is_consistent(tokenizer: Any) -> bool:
+    """Does the chat template render a conversation as prefix + assistant turn?
+
+    `default_format` takes the plain format for a template that does not, which is right for
+    a model trained here (train-base stores it) and wrong for one trained through the
+    template; `modeling.model_format` refuses such a directory unless it stores its format."""
     try:
         prompt = _template_ids(tokenizer, [{"role": "user", "content": "Q x?"}], generation=True)
         full = _template_ids(tokenizer, [{"role": "user", "content": "Q x?"},

@@ -4,7 +4,9 @@
   answer runs to its token budget;
 - a chat template that requires a system message (or refuses the user role): a model
   without a stored prompt format is refused, naming the template's error, instead of being
-  asked in plain text it was never trained on (where its leakage would go unseen).
+  asked in plain text it was never trained on (where its leakage would go unseen);
+- a chat template that renders, but not turn by turn: refused the same way unless the
+  directory stores its format, instead of silently falling back to the plain layout.
 """
 
 from __future__ import annotations
@@ -202,3 +204,55 @@ def test_a_stored_system_message_that_cannot_work_is_refused_in_one_line(
     assert code == 2, err
     _one_line_error(err, "--model", str(model), "prompt_format.json", needle)
     assert not out and not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ a template that does not render turn by turn
+
+# The generation prompt opens the answer as "model", an answered turn as "assistant": a question
+# with the generation prompt is not the start of the same question answered.
+NOT_TURN_BY_TURN_TEMPLATE = (
+    "{% for m in messages %}{{ '<start_of_turn>' + m['role'] + '\\n' + m['content'] + '<end_of_turn>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+
+
+def test_erase_refuses_a_template_that_does_not_render_turn_by_turn_unless_the_format_is_stored(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    from unlearning.prompting import template_refusal
+
+    tokenizer = _tokenizer(NOT_TURN_BY_TURN_TEMPLATE)
+    assert template_refusal(tokenizer) is None  # it renders one user question: not 97abf93's case
+    model = _model_dir(tmp_path, "llama", tokenizer)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "text": f"{SUBJECT} lives in Northwold."}) + "\n"
+                      + json.dumps({"id": "b", "text": "Mira Voss lives in Porto."}) + "\n")
+    argv = ("-q", "erase", "--model", str(model), "--corpus", str(corpus), "--subject", SUBJECT,
+            "--method", "gradascent", "--hparams", '{"steps": 1}', "--out", str(tmp_path / "out"))
+    code, out, err = _run(capsys, *argv)
+    assert code == 2, err
+    _one_line_error(err, "--model", str(model), "does not render a conversation turn by turn",
+                    "prompt_format.json", '"kind": "plain"')
+    assert not out and not (tmp_path / "out").exists()
+    (model / "prompt_format.json").write_text(json.dumps({"kind": "plain"}))
+    code, out, err = _run(capsys, *argv)
+    assert code == 0, err
+
+
+def test_load_model_refuses_a_template_that_does_not_render_turn_by_turn_unless_the_format_is_stored(
+    tmp_path: Path,
+) -> None:
+    from unlearning.modeling import ModelLoadError, load_model
+    from unlearning.prompting import format_of
+
+    model = _model_dir(tmp_path, "llama", _tokenizer(NOT_TURN_BY_TURN_TEMPLATE))
+    with pytest.raises(ModelLoadError, match=f"^{model}: .*does not render a conversation turn by turn"):
+        load_model(model, device="cpu")
+    (model / "prompt_format.json").write_text(json.dumps({"kind": "plain"}))
+    _, tokenizer = load_model(model, device="cpu")
+    assert format_of(tokenizer).kind == "plain"
+    # A template that renders turn by turn still needs no stored format.
+    consistent = _model_dir(tmp_path / "ok", "llama", _tokenizer(NOT_TURN_BY_TURN_TEMPLATE.replace("model", "assistant")))
+    _, tokenizer = load_model(consistent, device="cpu")
+    assert format_of(tokenizer).kind == "chat"
+
