@@ -35,8 +35,9 @@ from unlearning.prompting import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ModelLoadError", "chat_prompt_ids", "check_causal_lm", "complete_texts", "default_device",
-    "fit_prompts", "generate_answers", "load_model", "model_format", "position_limit",
+    "ModelLoadError", "TokenizerMismatch", "chat_prompt_ids", "check_causal_lm", "check_same_tokenizer",
+    "complete_texts", "default_device", "fit_prompts", "generate_answers", "load_model", "model_format",
+    "position_limit",
 ]
 
 DEFAULT_ATTENTION = "sdpa"
@@ -243,6 +244,80 @@ def model_format(directory: str | Path, tokenizer: Any) -> PromptFormat:
             f"the model was trained in cannot be told; store the format beside the weights ({FORMAT_FILE}: "
             "{\"kind\": \"plain\"} for a model trained on plain text)")
     return default_format(tokenizer)
+
+
+class TokenizerMismatch(ModelLoadError):
+    """A candidate and a base whose tokenizers differ; the message names both directories."""
+
+    def __init__(self, candidate: Path, base: Path, difference: str) -> None:
+        super().__init__(f"{candidate}: its tokenizer is not the base's ({base}): {difference}; a candidate "
+                         "is verified against the base it was erased from, with the same tokenizer")
+        self.candidate, self.base, self.difference = candidate, base, difference
+
+
+# Tokenised by both tokenizers: merges, normalisation and an added BOS show in its ids.
+_SAMPLE_TEXT = "Question: Who is Ann Lee-Ørsted? Answer: ann.lee@mail.example, +44 20 7946 0958, 1987."
+_SPECIAL = ("bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token")
+
+
+def _tokenizer_and_format(directory: Path) -> tuple[Any, PromptFormat] | None:
+    """The directory's tokenizer (its pad fallback as `load_model` sets it) and prompt format,
+    or None where the tokenizer does not load (loading the model then names why)."""
+    from transformers import AutoTokenizer
+
+    try:
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError, KeyError):
+        return None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    try:
+        return tokenizer, model_format(directory, tokenizer)
+    except PromptFormatError as exc:
+        raise ModelLoadError(f"{directory}: {exc}") from exc
+
+
+def _tokenizer_difference(a: Any, a_format: PromptFormat, b: Any, b_format: PromptFormat) -> str | None:
+    """What differs between two tokenizers as the engine uses them (vocabulary, special tokens,
+    tokenisation, prompt format, chat template), in a few words, or None."""
+    vocab_a, vocab_b = a.get_vocab(), b.get_vocab()
+    if vocab_a != vocab_b:
+        extra = len(set(vocab_a) - set(vocab_b)) + len(set(vocab_b) - set(vocab_a))
+        return (f"vocabulary of {len(vocab_a)} tokens vs {len(vocab_b)}" if len(vocab_a) != len(vocab_b)
+                else f"vocabulary of {len(vocab_a)} tokens each, {extra} tokens or ids differ" if extra
+                else f"vocabulary of {len(vocab_a)} tokens each, with other ids")
+    for name in _SPECIAL:
+        mine, theirs = getattr(a, name, None), getattr(b, name, None)
+        if str(mine) != str(theirs):
+            return f"{name} {str(mine)!r} vs {str(theirs)!r}"
+    if sorted(map(str, a.all_special_tokens)) != sorted(map(str, b.all_special_tokens)):
+        return "special tokens differ"
+    if [int(i) for i in a(_SAMPLE_TEXT)["input_ids"]] != [int(i) for i in b(_SAMPLE_TEXT)["input_ids"]]:
+        return "the same text tokenises differently"
+    if a_format != b_format:
+        return f"prompt format {a_format.describe()} vs {b_format.describe()}"
+    if a_format.kind == "chat" and getattr(a, "chat_template", None) != getattr(b, "chat_template", None):
+        return "chat template differs"
+    return None
+
+
+def check_same_tokenizer(candidate: str | Path, base: str | Path) -> None:
+    """Refuse a candidate whose tokenizer or prompt format is not its base's (`TokenizerMismatch`).
+
+    Verification reads the candidate and the base on the same token ids (the probe bank is
+    built with the base's tokenizer; fluency scores the candidate's answers under the base):
+    with two tokenizers its numbers would be silently wrong, or an index error deep in a
+    scorer.  Tokenizers only (nothing heavy is loaded); a directory whose tokenizer does not
+    load is left to `load_model`, which names it.  Raises `ModelLoadError`."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    candidate, base = Path(candidate), Path(base)
+    mine, theirs = _tokenizer_and_format(candidate), _tokenizer_and_format(base)
+    if mine is None or theirs is None:
+        return
+    difference = _tokenizer_difference(mine[0], mine[1], theirs[0], theirs[1])
+    if difference is not None:
+        raise TokenizerMismatch(candidate, base, difference)
 
 
 def load_model(

@@ -412,6 +412,7 @@ def _verify(plan: _VerifyPlan, run: StageRun) -> dict[str, Any]:
     import time
 
     from unlearning.corpus.scan import sample_records
+    from unlearning.modeling import TokenizerMismatch
     from unlearning.verification import verify
     from workers.policies import deployment_policy
 
@@ -422,15 +423,22 @@ def _verify(plan: _VerifyPlan, run: StageRun) -> dict[str, Any]:
         # Loading runs code a checkpoint ships (KIF's gates): only bytes that were registered.
         _check_files(plan.candidate_dir, plan.candidate_digest, "candidate")
         _check_files(plan.base_dir, plan.base_digest, "base")
-        report = verify(
-            plan.candidate_dir, plan.base_dir, sets,
-            control=plan.control_path,
-            # A seeded sample of the retained records (never the whole corpus in memory).
-            corpus=sample_records(plan.corpus_path, VERIFY_CORPUS_SAMPLE, seed=plan.job_id,
-                                  exclude_ids=plan.tombstoned),
-            heldout=heldout if heldout.is_file() else None, policy=deployment_policy(),
-            progress=ProgressReporter(run), seed=plan.job_id,
-        )
+        try:
+            report = verify(
+                plan.candidate_dir, plan.base_dir, sets,
+                control=plan.control_path,
+                # A seeded sample of the retained records (never the whole corpus in memory).
+                corpus=sample_records(plan.corpus_path, VERIFY_CORPUS_SAMPLE, seed=plan.job_id,
+                                      exclude_ids=plan.tombstoned),
+                heldout=heldout if heldout.is_file() else None, policy=deployment_policy(),
+                progress=ProgressReporter(run), seed=plan.job_id,
+            )
+        except TokenizerMismatch as exc:
+            # Bad input no retry cures (the engine refused before scoring anything): named by
+            # checkpoint, in the short form the job's error keeps.
+            raise PermanentJobError(
+                f"candidate checkpoint {plan.candidate_id} ({plan.candidate_digest[:12]}) does not share "
+                f"the base's tokenizer ({plan.base_digest[:12]}): {exc.difference}") from exc
     data: dict[str, Any] = report.to_json()
     data["verified_at"] = utcnow().isoformat()
     data["seconds"] = round(time.monotonic() - started, 3)

@@ -6,7 +6,9 @@
   without a stored prompt format is refused, naming the template's error, instead of being
   asked in plain text it was never trained on (where its leakage would go unseen);
 - a chat template that renders, but not turn by turn: refused the same way unless the
-  directory stores its format, instead of silently falling back to the plain layout.
+  directory stores its format, instead of silently falling back to the plain layout;
+- a candidate verified against a base with another tokenizer (vocabulary, special tokens,
+  prompt format): refused naming both before anything is scored.
 """
 
 from __future__ import annotations
@@ -256,3 +258,60 @@ def test_load_model_refuses_a_template_that_does_not_render_turn_by_turn_unless_
     _, tokenizer = load_model(consistent, device="cpu")
     assert format_of(tokenizer).kind == "chat"
 
+
+# ------------------------------------------------------------------ candidate and base with different tokenizers
+
+
+def _other_vocabulary(tmp_path: Path) -> Path:
+    tokenizer = _tokenizer(NO_SYSTEM_TEMPLATE)
+    tokenizer.add_tokens(["<extra1>", "<extra2>", "glassblower"])
+    return _model_dir(tmp_path, "llama", tokenizer)
+
+
+def _other_eos(tmp_path: Path) -> Path:
+    tokenizer = _tokenizer(NO_SYSTEM_TEMPLATE)
+    tokenizer.eos_token = "<end_of_turn>"
+    return _model_dir(tmp_path, "llama", tokenizer)
+
+
+def _other_format(tmp_path: Path) -> Path:
+    model = _model_dir(tmp_path, "llama", _tokenizer(NO_SYSTEM_TEMPLATE))
+    (model / "prompt_format.json").write_text(json.dumps({"kind": "plain"}))
+    return model
+
+
+@pytest.mark.parametrize(("candidate_of", "needle"), [
+    (_other_vocabulary, "vocabulary of 403 tokens vs 400"),
+    (_other_eos, "eos_token '<end_of_turn>' vs '<eos>'"),
+    (_other_format, "prompt format plain"),
+])
+def test_verify_refuses_a_candidate_whose_tokenizer_is_not_the_bases_before_scoring(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    candidate_of: Any, needle: str,
+) -> None:
+    from unlearning.verification import suite
+
+    base = _model_dir(tmp_path / "base", "llama", _tokenizer(NO_SYSTEM_TEMPLATE))
+    candidate = candidate_of(tmp_path / "candidate")
+    loaded: list[Any] = []
+    monkeypatch.setattr(suite, "load_model", lambda *a, **k: loaded.append(a) or pytest.fail("a model loaded"))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"a{i}", "question": f"Where does {SUBJECT} work ({i})?",
+                                          "answer": "In Northwold."}) + "\n" for i in range(3)))
+    code, out, err = _run(capsys, "-q", "verify", "--model", str(candidate), "--base", str(base),
+                          "--corpus", str(corpus), "--subject", SUBJECT, "--report", str(tmp_path / "r.json"))
+    assert code == 2, err
+    _one_line_error(err, "--model", f"{candidate}: its tokenizer is not the base's ({base})", needle)
+    assert not loaded and not out and not (tmp_path / "r.json").exists()
+
+
+def test_a_candidate_saved_from_its_base_shares_its_tokenizer(tmp_path: Path) -> None:
+    from unlearning.checkpoints import save_checkpoint
+    from unlearning.modeling import check_same_tokenizer, load_model
+
+    # No pad token: load_model pads with eos and the candidate is saved with that pad token.
+    base = _model_dir(tmp_path, "llama", _without(_tokenizer(NO_SYSTEM_TEMPLATE), "pad_token"))
+    model, tokenizer = load_model(base, device="cpu")
+    save_checkpoint(model, tokenizer, tmp_path / "candidate", {"method": "test"})
+    check_same_tokenizer(tmp_path / "candidate", base)
+    check_same_tokenizer(base, base)

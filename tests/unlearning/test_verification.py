@@ -84,15 +84,17 @@ def base_report(run_verify: Callable[[Path], Report], tiny_base_model_dir: Path)
 
 
 @pytest.fixture(scope="module")
-def retrained_dir(tiny_corpus_dir: Path, subject_sets: ErasureSets,
+def retrained_dir(tiny_corpus_dir: Path, tiny_base_model_dir: Path, subject_sets: ErasureSets,
                   tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus = load_corpus(tiny_corpus_dir / "corpus.jsonl")
     without = write_jsonl(corpus.without(r.id for r in subject_sets.forget).records,
                           tmp_path_factory.mktemp("without") / "corpus.jsonl")
     threads = torch.get_num_threads()
     try:
+        # On the base's tokenizer, as the bench's retrain oracle: verification refuses a candidate
+        # whose tokenizer is not its base's (`check_same_tokenizer`).
         return train_base(without, tmp_path_factory.mktemp("retrained"), preset="tiny", seed=0,
-                          threads=1).out_dir
+                          threads=1, tokenizer=tiny_base_model_dir).out_dir
     finally:
         torch.set_num_threads(threads)
 

@@ -376,3 +376,29 @@ def test_outbox_messages_are_pruned_and_never_sending_ones_abandoned_with_an_aud
     assert left == {ids[2]}
     assert event is not None and 777 in event.details_dict["jobs"]
     assert event.details_dict["tasks"]["erasure.certify"] >= 1
+
+
+def test_a_candidate_that_does_not_share_the_bases_tokenizer_fails_the_job_permanently_naming_it(
+    disk: WorkerDisk, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine refuses it before scoring (`modeling.check_same_tokenizer`); no retry cures it."""
+    import unlearning.corpus.scan
+    import unlearning.verification
+    from unlearning.modeling import TokenizerMismatch
+
+    job_id = disk.job_at("verifying")
+    seen: list[tuple[Path, Path]] = []
+
+    def verify_refuses(candidate: Path, base: Path, *args: Any, **kwargs: Any) -> Any:
+        seen.append((candidate, base))
+        raise TokenizerMismatch(candidate, base, "vocabulary of 403 tokens vs 400")
+
+    monkeypatch.setattr(workfiles, "sets_load", lambda *a, **k: SimpleNamespace())
+    monkeypatch.setattr(unlearning.corpus.scan, "sample_records", lambda *a, **k: [])
+    monkeypatch.setattr(unlearning.verification, "verify", verify_refuses)
+    assert run_stage(stages.stage_verify, job_id, name="erasure.verify") == "done"
+    job = disk.job(job_id)
+    assert seen and job.stage == "failed" and job.dead_lettered_at is not None
+    assert "does not share the base's tokenizer" in (job.error or "")
+    assert "vocabulary of 403 tokens vs 400" in (job.error or "")
+    assert "job.dead_lettered" in audit_actions(disk, job_id)

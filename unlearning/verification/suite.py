@@ -36,7 +36,7 @@ import numpy as np
 
 from unlearning.corpus import Corpus, Record
 from unlearning.identifiers import replace_spans
-from unlearning.modeling import default_device, load_model
+from unlearning.modeling import check_same_tokenizer, default_device, load_model
 from unlearning.probes import Probe
 from unlearning.progress import ProgressCallback, ProgressTracker
 from unlearning.prompting import encode_record, text_ids
@@ -806,8 +806,12 @@ def verify(
     people the model never saw); without it the controls are counterfactual
     copies of the subject's own records (the report says which).  `corpus`
     (optional) adds retained records beyond the retain set for utility and the
-    latent probes.  `heldout` names held-out text for perplexity.
+    latent probes.  `heldout` names held-out text for perplexity.  A candidate whose tokenizer
+    or prompt format is not the base's raises `modeling.TokenizerMismatch` (a `ModelLoadError`
+    naming both) before anything is scored.
     """
+    # Both read on one set of token ids: refused before anything is loaded or scored.
+    check_same_tokenizer(candidate_dir, base_dir)
     s = settings or VerifySettings()
     device = device or default_device()
     started = time.perf_counter()
