@@ -94,16 +94,16 @@ def train_into(corpus: Any, out_dir: Path, *, preset: str, seed: int, console: C
 
 
 def same_tokenizer(a: Path, b: Path) -> bool:
-    """Whether two checkpoints tokenize alike: the same vocabulary, special tokens and prompt format."""
-    from unlearning.modeling import load_model
-    from unlearning.prompting import format_of
+    """Whether two checkpoints tokenize alike, by the check verification itself runs
+    (`unlearning.modeling.check_same_tokenizer`: vocabulary, special tokens, tokenisation,
+    prompt format and chat template)."""
+    from unlearning.modeling import TokenizerMismatch, check_same_tokenizer
 
-    def key(directory: Path) -> tuple[Any, ...]:
-        _, tok = load_model(directory, device="cpu")
-        return (sorted(tok.get_vocab().items()), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id,
-                format_of(tok).to_json())
-
-    return key(a) == key(b)
+    try:
+        check_same_tokenizer(a, b)
+    except TokenizerMismatch:
+        return False
+    return True
 
 
 def assets_ensure(*, preset: str, people: int, cache_root: Path, console: Console) -> Assets:
