@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -315,6 +317,27 @@ def _plain(hparams: Any) -> dict[str, Any]:
     return dict(json.loads(json.dumps(dict(hparams), default=str)))
 
 
+def _refusal(what: str, exc: BaseException) -> str:
+    """A job error for a model the engine refuses to load (its first line, in the short form
+    the job keeps: paths and model types, no record text)."""
+    first = (str(exc).splitlines() or [""])[0]
+    return f"{what} is refused by the engine ({type(exc).__name__}): {first}"
+
+
+@contextmanager
+def _refusals_are_permanent(what: str) -> Iterator[None]:
+    """A checkpoint whose registered bytes the engine refuses to load (an encoder, code from
+    outside the folder, a chat template it cannot prompt) fails the same way on every
+    retry: the job fails permanently at once instead of spending its attempts."""
+    from unlearning.modeling import ModelLoadError
+    from unlearning.prompting import PromptFormatError
+
+    try:
+        yield
+    except (ModelLoadError, PromptFormatError) as exc:
+        raise PermanentJobError(_refusal(what, exc)) from exc
+
+
 def _erase(plan: _UnlearnPlan, run: StageRun) -> Any:
     from unlearning.distributed import resolve_processes, resolve_sharding
     from unlearning.erase import erase
@@ -328,7 +351,7 @@ def _erase(plan: _UnlearnPlan, run: StageRun) -> Any:
                                          plan.base_version, plan.claim)
     run.owned.append(out_dir)
     sets = workfiles.sets_load(plan.job_id, plan.sets_file)
-    with heartbeat(run):
+    with heartbeat(run), _refusals_are_permanent(f"base checkpoint {plan.base_id}"):
         result = erase(plan.base_dir, sets, method=plan.method, out_dir=out_dir,
                        hparams=plan.hparams or None, progress=ProgressReporter(run),
                        processes=processes, sharding=sharding)
@@ -412,7 +435,8 @@ def _verify(plan: _VerifyPlan, run: StageRun) -> dict[str, Any]:
     import time
 
     from unlearning.corpus.scan import sample_records
-    from unlearning.modeling import TokenizerMismatch
+    from unlearning.modeling import ModelLoadError, TokenizerMismatch
+    from unlearning.prompting import PromptFormatError
     from unlearning.verification import verify
     from workers.policies import deployment_policy
 
@@ -439,6 +463,8 @@ def _verify(plan: _VerifyPlan, run: StageRun) -> dict[str, Any]:
             raise PermanentJobError(
                 f"candidate checkpoint {plan.candidate_id} ({plan.candidate_digest[:12]}) does not share "
                 f"the base's tokenizer ({plan.base_digest[:12]}): {exc.difference}") from exc
+        except (ModelLoadError, PromptFormatError) as exc:
+            raise PermanentJobError(_refusal(f"checkpoint {plan.candidate_id} or its base", exc)) from exc
     data: dict[str, Any] = report.to_json()
     data["verified_at"] = utcnow().isoformat()
     data["seconds"] = round(time.monotonic() - started, 3)

@@ -402,3 +402,37 @@ def test_a_candidate_that_does_not_share_the_bases_tokenizer_fails_the_job_perma
     assert "does not share the base's tokenizer" in (job.error or "")
     assert "vocabulary of 403 tokens vs 400" in (job.error or "")
     assert "job.dead_lettered" in audit_actions(disk, job_id)
+
+
+@pytest.mark.parametrize("stage", ["unlearning", "verifying"])
+def test_a_checkpoint_the_engine_refuses_to_load_fails_the_job_permanently_at_once(
+    disk: WorkerDisk, monkeypatch: pytest.MonkeyPatch, stage: str,
+) -> None:
+    """An encoder, code from outside the folder, a template it cannot prompt: the registered
+    bytes fail the same way on every retry, so no attempt is spent on them."""
+    import unlearning.corpus.scan
+    import unlearning.erase
+    import unlearning.verification
+    from unlearning.modeling import ModelLoadError
+
+    job_id = disk.job_at(stage)
+
+    def refuses(*args: Any, **kwargs: Any) -> Any:
+        raise ModelLoadError("/models/m/v1: bert (BertForMaskedLM) is an encoder-only model\nmore detail")
+
+    monkeypatch.setattr(workfiles, "sets_load", lambda *a, **k: SimpleNamespace())
+    monkeypatch.setattr(unlearning.corpus.scan, "sample_records", lambda *a, **k: [])
+    monkeypatch.setattr(unlearning.erase, "erase", refuses)
+    monkeypatch.setattr(unlearning.verification, "verify", refuses)
+    if stage == "unlearning":
+        with session_scope(disk.engine) as session:  # the job as it is before any candidate
+            session.execute(update(Job).where(Job.id == job_id).values(candidate_checkpoint_id=None))
+        task = (stages.stage_unlearn, "erasure.unlearn")
+    else:
+        task = (stages.stage_verify, "erasure.verify")
+    assert run_stage(task[0], job_id, name=task[1]) == "done"
+    job = disk.job(job_id)
+    assert job.stage == "failed" and job.dead_lettered_at is not None and job.attempts == 1
+    assert "refused by the engine (ModelLoadError)" in (job.error or "")
+    assert "encoder-only" in (job.error or "") and "more detail" not in (job.error or "")
+    assert "job.dead_lettered" in audit_actions(disk, job_id)
