@@ -1,4 +1,4 @@
-"""How big each benchmark is: `--quick` (a few minutes) and `--full` (about 45 minutes on 2 cores)."""
+"""How big each benchmark is: `--quick` (a few minutes) and `--full` (about 2.5 hours on 2 cores)."""
 
 from __future__ import annotations
 
