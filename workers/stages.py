@@ -435,15 +435,14 @@ def _verify(plan: _VerifyPlan, run: StageRun) -> dict[str, Any]:
     import time
 
     from unlearning.corpus.scan import sample_records
-    from unlearning.modeling import ModelLoadError, TokenizerMismatch
-    from unlearning.prompting import PromptFormatError
+    from unlearning.modeling import TokenizerMismatch
     from unlearning.verification import verify
     from workers.policies import deployment_policy
 
     started = time.monotonic()
     sets = workfiles.sets_load(plan.job_id, plan.sets_file)
     heldout = plan.corpus_path.parent / "heldout.txt"
-    with heartbeat(run):
+    with heartbeat(run), _refusals_are_permanent(f"checkpoint {plan.candidate_id} or its base"):
         # Loading runs code a checkpoint ships (KIF's gates): only bytes that were registered.
         _check_files(plan.candidate_dir, plan.candidate_digest, "candidate")
         _check_files(plan.base_dir, plan.base_digest, "base")
@@ -463,8 +462,6 @@ def _verify(plan: _VerifyPlan, run: StageRun) -> dict[str, Any]:
             raise PermanentJobError(
                 f"candidate checkpoint {plan.candidate_id} ({plan.candidate_digest[:12]}) does not share "
                 f"the base's tokenizer ({plan.base_digest[:12]}): {exc.difference}") from exc
-        except (ModelLoadError, PromptFormatError) as exc:
-            raise PermanentJobError(_refusal(f"checkpoint {plan.candidate_id} or its base", exc)) from exc
     data: dict[str, Any] = report.to_json()
     data["verified_at"] = utcnow().isoformat()
     data["seconds"] = round(time.monotonic() - started, 3)
