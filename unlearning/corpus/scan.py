@@ -254,11 +254,16 @@ class Prefilter:
         self._always = _automaton(always | phrase_set)  # what makes a simple line a candidate
         self._folded = _automaton([*tokens, *wide]) if phrases else None
         self._needles: Any = _UNPLANNED
+        self._plans: dict[str, Any] = {}  # the needles planned first, shared by `for_shard` copies
 
     def for_shard(self) -> Prefilter:
-        """This prefilter for another shard: the same automata, its needles not yet planned."""
+        """This prefilter for another shard: the same automata, and the needles planned on
+        the first shard of this scan that planned any (planning reads and counts a megabyte:
+        once per scan, not once per shard).  Where they hit too often in this shard's
+        windows, those windows are lower-cased whole (`candidate_lines`): the lines are
+        the same either way."""
         fresh = copy.copy(self)
-        fresh._needles = _UNPLANNED
+        fresh._needles = self._plans.get("needles", _UNPLANNED)
         return fresh
 
     def candidate_lines(self, lines: _Lines) -> list[int]:
@@ -277,21 +282,27 @@ class Prefilter:
             return list(range(lines.count))
         if self.phrases and self._needles is _UNPLANNED:
             self._needles = _Needles.plan(self.tokens, lines) if NEEDLES is not False else None
-        escaped, risky = lines.escapes()
+            if lines.count:
+                self._plans.setdefault("needles", self._needles)
+        needles = self._needles if self.phrases else None
+        starts = needles.starts(lines.view) if needles is not None else None
+        use_needles = starts is not None and (NEEDLES or len(starts) * NEEDLE_SPACING <= len(lines.view))
+        if use_needles:
+            escaped, risky = lines.escaped(), []  # risky bytes: looked for in the needles' lines alone
+        else:
+            escaped, risky = lines.escapes()
         found = set(escaped)
         non_ascii = [k for k in lines.non_ascii() if k not in found]
         if self.every_non_ascii_line:
             found.update(non_ascii)
         elif self.phrases:
             found.update(_lines_holding(self._folded, lines, non_ascii, folded=True))
-        needles = self._needles if self.phrases else None
-        starts = needles.starts(lines.view) if needles is not None else None
-        if starts is not None and (NEEDLES or len(starts) * NEEDLE_SPACING <= len(lines.view)):
+        if use_needles:
             # Lines with a needle: the phrases where the line's bytes are its text up to
             # case, the tokens where a risky byte may stand between (non-ASCII lines: above).
-            risky_lines = set(risky)
             skip = found | set(non_ascii)
             hit = [k for k in np.unique(lines.line_of(starts)).tolist() if k not in skip] if starts else []
+            risky_lines = lines.risky(hit)
             found.update(_lines_holding(self._always, lines, [k for k in hit if k not in risky_lines]))
             found.update(_lines_holding(self._tokens, lines, [k for k in hit if k in risky_lines]))
             return sorted(found)
@@ -410,7 +421,7 @@ class _Lines:
         self.data, self.offset, self.stop = data, offset, stop
         self.view = memoryview(data)[offset:stop]
         self.bytes = np.frombuffer(self.view, dtype=np.uint8)
-        ends = np.flatnonzero(self.bytes == 0x0A)
+        ends = _positions_of(self.bytes, 0x0A)
         size = stop - offset
         if size and self.bytes[-1] != 0x0A:
             ends = np.append(ends, size)  # the file's last line, without its newline
@@ -418,6 +429,7 @@ class _Lines:
         self.starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
         self.count = len(ends)
         self._ascii: bool | None = None
+        self._high: np.ndarray | None = None
 
     def start(self, line: int) -> int:
         return int(self.starts[line])
@@ -449,14 +461,41 @@ class _Lines:
 
     def is_ascii(self) -> bool:
         if self._ascii is None:
-            self._ascii = not self.count or int(self.bytes.max()) < 0x80
+            self._ascii = not self.count or not len(self._high_blocks())
         return self._ascii
 
+    def _high_blocks(self) -> np.ndarray:
+        """Indexes of the `_PROBE`-byte blocks of the window that hold a byte over 0x7f
+        (the last block may be short)."""
+        if self._high is None:
+            data = self.bytes
+            whole = len(data) // _PROBE * _PROBE
+            high = np.flatnonzero(data[:whole].reshape(-1, _PROBE).max(axis=1) >= 0x80) if whole else \
+                np.zeros(0, dtype=np.int64)
+            if whole < len(data) and int(data[whole:].max()) >= 0x80:
+                high = np.append(high, whole // _PROBE)
+            self._high = high
+        return self._high
+
     def non_ascii(self) -> list[int]:
-        """Lines that hold a byte over 0x7f (the largest byte of each line, in one pass)."""
+        """Lines that hold a byte over 0x7f.  Found block by block: the blocks holding
+        one (a block's largest byte), then the lines of their high bytes; a window that is
+        non-ASCII throughout takes the largest byte of each line instead (one pass)."""
         if self.is_ascii():
             return []
-        return np.flatnonzero(np.maximum.reduceat(self.bytes, self.starts) >= 0x80).tolist()
+        high = self._high_blocks()
+        data = self.bytes
+        if len(high) * 4 > len(data) // _PROBE + 1:
+            return np.flatnonzero(np.maximum.reduceat(data, self.starts) >= 0x80).tolist()
+        whole = len(data) // _PROBE
+        found = []
+        inner = high[high < whole]
+        if len(inner):
+            at = np.flatnonzero(data[:whole * _PROBE].reshape(-1, _PROBE)[inner] >= 0x80)
+            found.append(inner[at // _PROBE] * _PROBE + at % _PROBE)
+        if len(inner) < len(high):
+            found.append(whole * _PROBE + np.flatnonzero(data[whole * _PROBE:] >= 0x80))
+        return np.unique(self.line_of(np.concatenate(found))).tolist()
 
     def blank(self) -> list[int]:
         """Lines that hold nothing but spaces, tabs, carriage returns, vertical tabs or form
@@ -469,15 +508,48 @@ class _Lines:
         maybe = np.flatnonzero((lengths == 0) | _BLANK_BYTES[first])
         return [k for k in maybe.tolist() if not self.raw(k).strip(b" \t\r\x0b\x0c")]
 
+    def _slashes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets of the backslashes that have a next byte, those next bytes)."""
+        data = self.bytes
+        slashes = _positions_of(data[:-1], 0x5C) if self.holds(b"\\") else np.zeros(0, dtype=np.int64)
+        return slashes, data[slashes + 1]
+
+    def escaped(self) -> list[int]:
+        """Lines with a `\\u` escape."""
+        slashes, after = self._slashes()
+        return sorted(set(self.line_of(slashes[after == 0x75]).tolist()))  # "u"
+
     def escapes(self) -> tuple[list[int], list[int]]:
         """(lines with a `\\u` escape, lines with a risky byte (`_RISKY_ESCAPES`))."""
-        data = self.bytes
-        slashes = np.flatnonzero(data[:-1] == 0x5C) if self.holds(b"\\") else np.zeros(0, dtype=np.int64)
-        after = data[slashes + 1]
+        slashes, after = self._slashes()
         escaped = self.line_of(slashes[after == 0x75]).tolist()  # "u"
         risky = [*slashes[np.isin(after, _RISKY_ESCAPES)].tolist(),
                  *(at for _, at, _ in _double_space().find_matches_as_indexes(self.view))]
         return sorted(set(escaped)), sorted(set(self.line_of(risky).tolist())) if risky else []
+
+    def risky(self, which: Sequence[int]) -> set[int]:
+        """The lines among `which` with a risky byte (`escapes`, line by line: for a few lines)."""
+        return {k for k, raw in zip(which, self.raws(which), strict=True) if _RISKY.search(raw)}
+
+
+_PROBE = 4096  # bytes per block when looking for non-ASCII bytes
+_CHUNK = 1 << 18  # bytes compared at a time when looking for one byte value (fits a core's cache)
+_RISKY = re.compile(rb"  |\\[ntrf/NTRF]")  # what `_Lines.escapes` calls risky, in one line
+
+
+def _positions_of(data: np.ndarray, value: int) -> np.ndarray:
+    """Offsets of the bytes equal to `value`, a cache-sized chunk at a time: a comparison of
+    a whole window writes (and faults in) a mask as large as the window, twice the time."""
+    if len(data) <= _CHUNK:
+        return np.flatnonzero(data == value)
+    mask = np.empty(_CHUNK, dtype=bool)
+    parts = []
+    for at in range(0, len(data), _CHUNK):
+        piece = data[at:at + _CHUNK]
+        found = np.flatnonzero(np.equal(piece, value, out=mask[:len(piece)]))
+        if len(found):
+            parts.append(found + at if at else found)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 _BLANK_BYTES = np.zeros(256, dtype=bool)  # by byte value: the bytes a blank line may hold
@@ -639,8 +711,8 @@ def scan_shard(source: CorpusSource, shard: Shard, matcher: MultiMatcher, *, see
     """One shard's hits (records naming a subject) and retain pool (records under `threshold`).
 
     `prefilter` is `Prefilter(matcher.keys, phrases=True)` built once for a scan of many
-    shards (its automata take about 15 ms for 100 subjects); each shard plans its own
-    needles on its own first window."""
+    shards (its automata take about 15 ms for 100 subjects); the needles are planned on the
+    first window of the first shard that has lines (`Prefilter.for_shard`)."""
     prefilter = Prefilter(matcher.keys, phrases=True) if prefilter is None else prefilter.for_shard()
     result = ShardScan(shard.number)
     if shard.format == "jsonl" and not looks_like_array(shard):
