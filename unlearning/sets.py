@@ -430,9 +430,10 @@ def _choose_retain(forget: Sequence[Record], pool: Sequence[Record], *, per_forg
     # A record's key starts with its shape: only the shapes of the forget records' keys
     # can lead to a neighbour, so the (regex) keys of other pool records are never needed.
     shapes_wanted = {key.split("|", 1)[0] for key in keys if key is not None}
+    pool_shapes = [record.shape for record in pool]
     by_key: dict[str, list[Record]] = {}
-    for record in pool:
-        key = neighbour_key(record) if record.shape in shapes_wanted else None
+    for record, shape in zip(pool, pool_shapes, strict=True):
+        key = neighbour_key(record) if shape in shapes_wanted else None
         if key is not None:
             by_key.setdefault(key, []).append(record)
     cursor = dict.fromkeys(by_key, 0)
@@ -448,7 +449,7 @@ def _choose_retain(forget: Sequence[Record], pool: Sequence[Record], *, per_forg
                 at += 1
             cursor[key] = at
     shapes = {record.shape for record in forget}
-    for tier in ([r for r in pool if r.shape in shapes], pool):
+    for tier in ([r for r, shape in zip(pool, pool_shapes, strict=True) if shape in shapes], pool):
         for record in tier:
             if len(chosen) >= want:
                 break

@@ -173,3 +173,19 @@ def test_the_plain_text_shortcut_gives_the_general_parsers_record_or_error(data:
             return ("misfit", str(exc))
 
     assert outcome(parse_record) == outcome(_parse_record)
+    fast, general = outcome(parse_record), outcome(_parse_record)
+    if not isinstance(fast, tuple):  # the same record, attribute for attribute, in the same order
+        assert list(vars(fast).items()) == list(vars(general).items())
+        assert fast.meta is not parse_record("c.jsonl", "1", data, "rec-0000001").meta
+
+
+def test_the_plain_text_shortcut_builds_what_the_constructor_builds() -> None:
+    from unlearning.corpus.records import Record, parse_record
+
+    fast = parse_record("c.jsonl", "1", {"id": 7, "text": "Mara"}, "rec-0000001")
+    built = Record(id="7", text="Mara")
+    assert fast == built and hash(fast) == hash(built) and repr(fast) == repr(built)
+    assert list(vars(fast).items()) == list(vars(built).items())
+    assert fast.shape == "text" and fast.searchable_text() == "Mara"
+    with pytest.raises(AttributeError):
+        fast.text = "changed"  # type: ignore[misc]

@@ -102,10 +102,15 @@ class Record:
     @property
     def shape(self) -> str:
         """`qa`, `chat` or `text`."""
-        return "qa" if self.is_qa else "chat" if self.is_chat else "text"
+        # `is_qa` and `is_chat` written out: set building asks thousands of records.
+        return "qa" if self.question is not None and self.answer is not None else \
+            "chat" if self.messages else "text"
 
     def searchable_text(self) -> str:
         """Everything a subject's name could appear in, for set building."""
+        if self.question is None and self.answer is None and not self.perturbed_answer \
+                and not self.messages and self.paraphrased_question is None and self.paraphrased_answer is None:
+            return self.text or ""  # free text, the commonest record: the join below, without the lists
         parts = [self.question, self.answer, self.text, *self.perturbed_answer]
         parts += [self.paraphrased_question, self.paraphrased_answer]
         parts += [m.content for m in self.messages]
@@ -194,8 +199,20 @@ def parse_record(path: str | Path, where: str, data: Any, default_id: str) -> Re
         # retain pool parses thousands); the same record (tests/unlearning/test_corpus.py).
         text, raw_id = data.get("text"), data.get("id", default_id)
         if type(text) is str and text.strip() and type(raw_id) in (str, int):
-            return Record(id=str(raw_id), text=text)
+            return _text_record(str(raw_id), text)
     return _parse_record(path, where, data, default_id)
+
+
+def _text_record(record_id: str, text: str) -> Record:
+    """`Record(id=record_id, text=text)`, without the frozen dataclass's `__init__` (a
+    `object.__setattr__` per field, most of the cost of parsing a retain pool): the same
+    fields in the same order, the same values, a `meta` dict of its own
+    (tests/unlearning/test_corpus.py)."""
+    record = object.__new__(Record)
+    record.__dict__.update(id=record_id, question=None, answer=None, text=text, paraphrased_question=None,
+                           paraphrased_answer=None, perturbed_answer=(), meta={}, messages=(), group=None,
+                           group_field=None)
+    return record
 
 
 def _parse_record(path: str | Path, where: str, data: Any, default_id: str) -> Record:
