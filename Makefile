@@ -46,7 +46,7 @@ lint: $(STAMP)  ## ruff, import contracts and strict types on domain and unlearn
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy deletion/domain unlearning
 
-bench: $(STAMP) bench-tools  ## full benchmarks (about 45 min on 2 cores) -> docs/benchmarks.md
+bench: $(STAMP) bench-tools  ## full benchmarks (about 2.5 hours on 2 cores) -> docs/benchmarks.md
 	$(PY) -m bench run --full
 
 bench-quick: $(STAMP) bench-tools  ## a few-minute benchmark smoke run -> docs/benchmarks.md
