@@ -225,3 +225,127 @@ def test_the_needles_are_used_where_they_pay_and_not_where_a_token_is_common(
     assert not lowered, "the rare name's needles should have spared lower-casing the window"
     common.candidate_lines(_Lines(*window))
     assert lowered, "the common name's needles hit too often to pay"
+
+
+# Subjects whose every key is ASCII once normalised: the needles then fold only the
+# non-ASCII lines that hold a needle or a character that may fold to a token's letter.
+ASCII_SUBJECTS = [SUBJECTS[0], SUBJECTS[1], SUBJECTS[2], SUBJECTS[4]]
+_EXTRA_LINES = ["Zo\u00eb wrote: \u00e9t\u00e9 \u00e0 Ath\u00e8nes", "\u041c\u0430\u0440\u0430 \u041e\u043a\u0430\u0444\u043e\u0440",
+                "\uff2d\uff41\uff52\uff41 \uff2f\uff4b\uff41\uff46\uff4f\uff52 \u00fc", "\u00d8ster\u00f8 \u2460\u00b2",
+                "\u212a\u00f8fi \u0130lkay", "St\u00e9 \u00e6 \u0153 \u0142\u00f0\u00fe", "Ma\u0301ra O\u0308kafor",
+                "\u1e9e\u00df STRAU\u1e9e", "\ufb01\ufb02 \u3380 \u33cf", "\u0131lkay K\u00f6fi", "Ok\u00e0for"]
+
+
+def _ascii_trap_records(seed: int, count: int) -> list[dict[str, object]]:
+    rng = __import__("random").Random(seed)
+    records = trap_records(seed, count)
+    for i in range(count // 3):
+        records.insert(rng.randrange(len(records)), {"id": f"x{i}", "text": " ".join(
+            rng.choice(_EXTRA_LINES + TRAPS) for _ in range(rng.randint(1, 3)))})
+    return records
+
+
+@pytest.mark.parametrize(("seed", "subjects"), [(7, ASCII_SUBJECTS), (8, ASCII_SUBJECTS[:1]), (9, ASCII_SUBJECTS[1:2]),
+                                                (10, ASCII_SUBJECTS[3:])])
+def test_needles_fold_only_the_non_ascii_lines_that_may_hold_a_token_and_find_the_same_lines(
+    tmp_path: Path, seed: int, subjects: list[Subject], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = write_jsonl(tmp_path / "c.jsonl", _ascii_trap_records(seed, 600), seed)
+    folded: list[int] = []
+    original = scan._lines_holding
+
+    def spy(automaton: object, lines: _Lines, which: list[int], *args: object, **kwargs: object) -> list[int]:
+        if kwargs.get("folded"):
+            folded.extend(which)
+        return original(automaton, lines, which, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan, "_lines_holding", spy)
+    with_needles = _candidates(path, subjects, True, monkeypatch)
+    folded_with_needles = len(folded)
+    folded.clear()
+    assert with_needles == _candidates(path, subjects, False, monkeypatch)
+    assert folded_with_needles < len(folded), "the needles folded every non-ASCII line: the path was not taken"
+    assert len(with_needles) > 20
+
+
+@pytest.mark.parametrize("subjects", [ASCII_SUBJECTS, ASCII_SUBJECTS[:1], ASCII_SUBJECTS[3:]])
+def test_the_fast_scan_of_ascii_keys_gives_byte_identical_sets_to_the_reference(
+    tmp_path: Path, subjects: list[Subject], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(formats, "BLOCK", 1499)
+    monkeypatch.setattr(scan, "NEEDLES", True)
+    path = write_jsonl(tmp_path / "c.jsonl", _ascii_trap_records(11, 500), 11)
+    reference = build_sets_reference(load_corpus(path), subjects, retain_per_forget=2, seed=3)
+    fast = build_sets(path, subjects, retain_per_forget=2, seed=3, corpus_digest=reference.corpus_digest)
+    assert saved_bytes(fast, tmp_path / "f") == saved_bytes(reference, tmp_path / "r")
+    assert fast.forget_digest == reference.forget_digest and fast.retain_digest == reference.retain_digest
+    assert len(fast.forget) > 10
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet=_TRAP_CHARACTERS, min_size=1, max_size=24), min_size=1, max_size=12),
+       st.sampled_from([0, 1, 2, 3]))
+def test_needles_and_folding_every_line_agree_on_lines_full_of_traps(texts: list[str], which: int) -> None:
+    keys = MultiMatcher([ASCII_SUBJECTS[which].patterns()]).keys
+    block = "".join(json.dumps({"text": t + " mara okafor " * (i % 2)}, ensure_ascii=False) + "\n"
+                    for i, t in enumerate(texts)).encode("utf-8")
+    found = []
+    for needles in (True, False):
+        scan.NEEDLES = needles
+        try:
+            found.append(Prefilter(keys, phrases=True).candidate_lines(_Lines(block)))
+        finally:
+            scan.NEEDLES = None
+    assert found[0] == found[1]
+
+
+def test_what_a_character_may_fold_to_covers_every_canonical_composition() -> None:
+    # `_folds_to` is read character by character; normalisation composes a starter with
+    # the marks after it.  Every non-ASCII starter of a canonical decomposition, next to
+    # every mark or second part of one, gives no ASCII letter or digit that the two
+    # characters' `_folds_to` lack, and vanishes only where one of them may (`_vanishes`);
+    # nor does any character alone.
+    from unlearning.corpus.scan import _folds_to, _vanishes
+
+    def ascii_of(text: str) -> set[str]:
+        return {c for c in normalise(text) if c.isascii() and c.isalnum()}
+
+    starters, seconds = set(), set()
+    for code in range(0x80, 0x110000):
+        char = chr(code)
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        decomposition = unicodedata.decomposition(char)
+        if decomposition and not decomposition.startswith("<"):
+            parts = [chr(int(part, 16)) for part in decomposition.split()]
+            if not parts[0].isascii():
+                starters.add(parts[0])
+            seconds.update(parts[1:])
+        if unicodedata.combining(char):
+            seconds.add(char)
+        if decomposition or char.casefold() != char or char in "\u00f8\u00e6\u0153\u0142\u0111\u00f0\u00fe\u0131":
+            assert ascii_of(char) <= _folds_to(code), hex(code)
+        if not normalise(char):
+            assert _vanishes(code), hex(code)
+    assert len(starters) > 300 and len(seconds) > 900
+    for first in sorted(starters):
+        for second in sorted(seconds):
+            pair = first + second
+            assert ascii_of(pair) <= _folds_to(ord(first)) | _folds_to(ord(second)), (hex(ord(first)), hex(ord(second)))
+            assert normalise(pair) or _vanishes(ord(first)) or _vanishes(ord(second)), (hex(ord(first)), hex(ord(second)))
+
+
+def test_a_line_that_is_not_utf8_fails_the_needle_scan_as_it_fails_the_reference(tmp_path: Path) -> None:
+    good = [json.dumps({"id": f"g{i}", "text": f"Filler {i} \u00fc"}, ensure_ascii=False).encode() for i in range(50)]
+    bad = b'{"id": "bad", "text": "Filler \xff\xfe here"}'
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\n".join([*good[:20], bad, *good[20:]]) + b"\n")
+    with pytest.raises(Exception) as reference:  # noqa: PT011 (the reference's own error, whatever it is)
+        build_sets_reference(load_corpus(path, strict=True), ASCII_SUBJECTS[:1])
+    for needles in (True, False, None):
+        scan.NEEDLES = needles
+        try:
+            with pytest.raises(type(reference.value)):
+                build_sets(path, ASCII_SUBJECTS[:1])
+        finally:
+            scan.NEEDLES = None

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -64,7 +65,7 @@ from unlearning.corpus.records import (
 )
 from unlearning.corpus.sampling import RANK_SPACE, rank, ranks, threshold_for
 from unlearning.corpus.source import CorpusSource, open_source
-from unlearning.text import normalise
+from unlearning.text import _COMBINING, _TRANSLITERATE, normalise
 from unlearning.text_matching import MultiMatcher
 
 _RUN = re.compile(r"[a-z0-9]+")
@@ -253,6 +254,10 @@ class Prefilter:
         self._tokens = _automaton(tokens)
         self._always = _automaton(always | phrase_set)  # what makes a simple line a candidate
         self._folded = _automaton([*tokens, *wide]) if phrases else None
+        # The characters of the tokens: a non-ASCII line whose folded text holds a token
+        # holds it in its ASCII bytes (a needle's line) or holds a character that may fold
+        # to one of these (`_folds_to`).  None where a token is not ASCII.
+        self._alphabet = frozenset("".join(tokens)) if phrases and not wide else None
         self._needles: Any = _UNPLANNED
         self._plans: dict[str, Any] = {}  # the needles planned first, shared by `for_shard` copies
 
@@ -287,11 +292,11 @@ class Prefilter:
         needles = self._needles if self.phrases else None
         starts = needles.starts(lines.view) if needles is not None else None
         use_needles = starts is not None and (NEEDLES or len(starts) * NEEDLE_SPACING <= len(lines.view))
-        if use_needles:
-            escaped, risky = lines.escaped(), []  # risky bytes: looked for in the needles' lines alone
-        else:
-            escaped, risky = lines.escapes()
+        risky: list[int] = []  # with needles: risky bytes are looked for in the needles' lines alone
+        escaped, risky = (lines.escaped(), risky) if use_needles else lines.escapes()
         found = set(escaped)
+        if use_needles and not self.every_non_ascii_line and self._alphabet is not None:
+            return self._needle_lines(lines, starts or [], found)
         non_ascii = [k for k in lines.non_ascii() if k not in found]
         if self.every_non_ascii_line:
             found.update(non_ascii)
@@ -312,6 +317,35 @@ class Prefilter:
             found.update(lines.line_of(hits).tolist())
         if self.phrases:
             found.update(_lines_holding(self._tokens, lines, [k for k in risky if k not in found], lowered))
+        return sorted(found)
+
+    def _needle_lines(self, lines: _Lines, starts: Sequence[int], found: set[int]) -> list[int]:
+        """`candidate_lines` from the needles' lines (`starts`) and the lines with a `\\u`
+        escape (`found`), where every token is ASCII: without folding every non-ASCII line.
+
+        A non-ASCII line is a candidate when its fold holds a token (as in
+        `candidate_lines`).  The fold is its lower-cased ASCII bytes with each run of
+        non-ASCII characters replaced by that run's normalised form, so a token in it lies
+        within the ASCII bytes (the line holds the token's needle: a needle's line), or
+        takes a character from a run's normalised form, which the run's characters may
+        give (`_folds_to`), or spans a run whose normalised form is empty, which only a
+        character that may vanish leaves (`_vanishes`).  Only those non-ASCII lines are
+        folded; the others cannot hold a token, and the lines found are the ones
+        `candidate_lines` finds by folding all.
+        """
+        assert self._alphabet is not None
+        hit = [k for k in np.unique(lines.line_of(starts)).tolist() if k not in found] if len(starts) else []
+        raws = lines.raws(hit)
+        wide = {k for k, raw in zip(hit, raws, strict=True) if not raw.isascii()}
+        folding = lines.lines_folding_to(self._alphabet)
+        if folding is None:  # not UTF-8: every non-ASCII line is folded, and fails there as in the reference
+            folding = lines.non_ascii()
+        folding = sorted((set(folding) | wide) - found)
+        found.update(_lines_holding(self._folded, lines, folding, folded=True))
+        plain = [(k, raw) for k, raw in zip(hit, raws, strict=True) if k not in wide]
+        risky = {k for k, raw in plain if _RISKY.search(raw)}
+        found.update(_lines_holding(self._always, lines, [k for k, _ in plain if k not in risky]))
+        found.update(_lines_holding(self._tokens, lines, [k for k, _ in plain if k in risky]))
         return sorted(found)
 
     def token_starts(self, lowered: bytes) -> Iterator[int]:
@@ -377,6 +411,35 @@ def fold(lowered: bytes) -> bytes:
         parts.append(piece)
         run = not run
     return b"".join(parts)
+
+
+@cache
+def _folds_to(code: int) -> frozenset[str]:
+    """The ASCII letters and digits that the character `code` may give to the normalised
+    form of a run of non-ASCII characters holding it, wherever it stands: those of its
+    normalised form, of its compatibility decomposition, its case folding, lower and upper
+    case, and the transliteration of each (a generous superset: composition with the
+    characters around it only ever joins marks to a letter, whose case folding decomposes
+    to that letter's and the marks' own; tests/unlearning/test_scan.py checks every code
+    point and every canonical composition)."""
+    char = chr(code)
+    forms = {char, char.casefold(), char.lower(), char.upper(), normalise(char)}
+    for form in list(forms):
+        decomposed = unicodedata.normalize("NFKD", form)
+        forms.update((decomposed, decomposed.casefold(), unicodedata.normalize("NFKD", decomposed.casefold())))
+    for form in list(forms):
+        forms.add(unicodedata.normalize("NFKD", form.translate(_TRANSLITERATE)))
+    return frozenset(c for form in forms for c in form.lower() if c.isascii() and c.isalnum())
+
+
+@cache
+def _vanishes(code: int) -> bool:
+    """Whether the character `code` may leave nothing in the normalised form of a run of
+    non-ASCII characters (a mark, a space, a spacing accent): such a run joins the ASCII
+    bytes on either side into one word of the fold ("O\u0308kafor" folds to "okafor")."""
+    char = chr(code)
+    return not normalise(char) or all(c.isspace() or unicodedata.combining(c) or _COMBINING.match(c)
+                                      for c in unicodedata.normalize("NFKD", char))
 
 
 def _split_phrases(key: str) -> set[str]:
@@ -495,7 +558,8 @@ class _Lines:
             found.append(inner[at // _PROBE] * _PROBE + at % _PROBE)
         if len(inner) < len(high):
             found.append(whole * _PROBE + np.flatnonzero(data[whole * _PROBE:] >= 0x80))
-        return np.unique(self.line_of(np.concatenate(found))).tolist()
+        holding: list[int] = np.unique(self.line_of(np.concatenate(found))).tolist()
+        return holding
 
     def blank(self) -> list[int]:
         """Lines that hold nothing but spaces, tabs, carriage returns, vertical tabs or form
@@ -507,6 +571,36 @@ class _Lines:
         first = self.bytes[np.minimum(self.starts, max(len(self.bytes) - 1, 0))]
         maybe = np.flatnonzero((lengths == 0) | _BLANK_BYTES[first])
         return [k for k in maybe.tolist() if not self.raw(k).strip(b" \t\r\x0b\x0c")]
+
+    def lines_folding_to(self, alphabet: frozenset[str]) -> list[int] | None:
+        """The lines that hold a non-ASCII character that may fold to a character of
+        `alphabet` (`_folds_to`) or to nothing (`_vanishes`), or None where the window's
+        non-ASCII bytes are not UTF-8.
+
+        Read from the window's bytes over 0x7f alone (`_utf8_codes`), each distinct code
+        point looked up once."""
+        if self.is_ascii():
+            return []
+        high = self._high_blocks()
+        data = self.bytes
+        whole = len(data) // _PROBE
+        inner = high[high < whole]
+        parts = []
+        if len(inner):
+            at = np.flatnonzero(data[:whole * _PROBE].reshape(-1, _PROBE)[inner] >= 0x80)
+            parts.append(inner[at // _PROBE] * _PROBE + at % _PROBE)
+        if len(inner) < len(high):
+            parts.append(whole * _PROBE + np.flatnonzero(data[whole * _PROBE:] >= 0x80))
+        decoded = _utf8_codes(data, np.concatenate(parts))
+        if decoded is None:
+            return None
+        leads, codes = decoded
+        active = [code for code in np.unique(codes).tolist() if _vanishes(code) or _folds_to(code) & alphabet]
+        if not active:
+            return []
+        chosen = leads[np.isin(codes, np.asarray(active, dtype=np.int64))]
+        holding: list[int] = np.unique(self.line_of(chosen)).tolist()
+        return holding
 
     def _slashes(self) -> tuple[np.ndarray, np.ndarray]:
         """(offsets of the backslashes that have a next byte, those next bytes)."""
@@ -550,6 +644,41 @@ def _positions_of(data: np.ndarray, value: int) -> np.ndarray:
         if len(found):
             parts.append(found + at if at else found)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _utf8_codes(data: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(offsets of the lead bytes, their code points) of the UTF-8 sequences whose bytes
+    are `high` (the offsets of every byte over 0x7f in `data`, in order), or None where
+    those bytes are not well-formed UTF-8 as Python's strict decoder reads it: a lead byte
+    C2-F4 followed by exactly its continuation bytes (80-BF), every continuation byte
+    one's, no overlong form, no surrogate, nothing past U+10FFFF."""
+    if not len(high):
+        return high, high
+    size = len(data)
+    values = data[high]
+    continuation = (values & 0xC0) == 0x80
+    leads = high[~continuation]
+    lead = values[~continuation].astype(np.int64)
+    if bool(((lead < 0xC2) | (lead > 0xF4)).any()):
+        return None
+    length = np.where(lead >= 0xF0, 4, np.where(lead >= 0xE0, 3, 2))
+    if int((length - 1).sum()) != int(continuation.sum()) or int((leads + length).max()) > size:
+        return None
+    tails = []
+    for k in (1, 2, 3):
+        following = data[np.minimum(leads + k, size - 1)].astype(np.int64)
+        if bool(((length > k) & ((following & 0xC0) != 0x80)).any()):
+            return None  # a lead byte without all its continuation bytes
+        tails.append(following & 0x3F)
+    second = tails[0] | 0x80
+    if bool((((lead == 0xE0) & (second < 0xA0)) | ((lead == 0xED) & (second > 0x9F))
+             | ((lead == 0xF0) & (second < 0x90)) | ((lead == 0xF4) & (second > 0x8F))).any()):
+        return None  # overlong, a surrogate, past U+10FFFF
+    c1, c2, c3 = tails
+    codes = np.where(length == 2, ((lead & 0x1F) << 6) | c1,
+                     np.where(length == 3, ((lead & 0x0F) << 12) | (c1 << 6) | c2,
+                              ((lead & 0x07) << 18) | (c1 << 12) | (c2 << 6) | c3))
+    return leads, codes
 
 
 _BLANK_BYTES = np.zeros(256, dtype=bool)  # by byte value: the bytes a blank line may hold
