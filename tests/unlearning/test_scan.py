@@ -349,3 +349,11 @@ def test_a_line_that_is_not_utf8_fails_the_needle_scan_as_it_fails_the_reference
                 build_sets(path, ASCII_SUBJECTS[:1])
         finally:
             scan.NEEDLES = None
+
+
+def test_a_pending_line_built_by_of_is_the_one_the_constructor_builds() -> None:
+    from unlearning.corpus.scan import Pending
+
+    fast, built = Pending.of("c.jsonl", "3", b'{"text": "x"}', "a:", 2), Pending("c.jsonl", "3", b'{"text": "x"}', "a:", 2)
+    assert fast == built and hash(fast) == hash(built) and list(vars(fast).items()) == list(vars(built).items())
+    assert fast.record() == built.record() and fast.default_id == "a:rec-0000002"

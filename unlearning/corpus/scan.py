@@ -48,6 +48,7 @@ import numpy as np
 import orjson
 
 from unlearning.corpus.formats import (
+    SHARD_BITS,
     Shard,
     columnar_batches,
     jsonl_windows,
@@ -484,14 +485,13 @@ class _Lines:
         self.data, self.offset, self.stop = data, offset, stop
         self.view = memoryview(data)[offset:stop]
         self.bytes = np.frombuffer(self.view, dtype=np.uint8)
-        ends = _positions_of(self.bytes, 0x0A)
+        ends, self._high_chunks = _newlines(self.bytes)
         size = stop - offset
         if size and self.bytes[-1] != 0x0A:
             ends = np.append(ends, size)  # the file's last line, without its newline
         self.ends = ends
         self.starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
         self.count = len(ends)
-        self._ascii: bool | None = None
         self._high: np.ndarray | None = None
 
     def start(self, line: int) -> int:
@@ -523,42 +523,26 @@ class _Lines:
         return np.searchsorted(self.ends, np.asarray(offsets, dtype=np.int64))
 
     def is_ascii(self) -> bool:
-        if self._ascii is None:
-            self._ascii = not self.count or not len(self._high_blocks())
-        return self._ascii
+        return not len(self._high_chunks)
 
-    def _high_blocks(self) -> np.ndarray:
-        """Indexes of the `_PROBE`-byte blocks of the window that hold a byte over 0x7f
-        (the last block may be short)."""
+    def _high_positions(self) -> np.ndarray:
+        """Offsets of the bytes over 0x7f, looked for in the `_CHUNK`s that hold one."""
         if self._high is None:
             data = self.bytes
-            whole = len(data) // _PROBE * _PROBE
-            high = np.flatnonzero(data[:whole].reshape(-1, _PROBE).max(axis=1) >= 0x80) if whole else \
-                np.zeros(0, dtype=np.int64)
-            if whole < len(data) and int(data[whole:].max()) >= 0x80:
-                high = np.append(high, whole // _PROBE)
-            self._high = high
+            parts = [at * _CHUNK + np.flatnonzero(data[at * _CHUNK:(at + 1) * _CHUNK] >= 0x80)
+                     for at in self._high_chunks.tolist()]
+            self._high = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         return self._high
 
     def non_ascii(self) -> list[int]:
-        """Lines that hold a byte over 0x7f.  Found block by block: the blocks holding
-        one (a block's largest byte), then the lines of their high bytes; a window that is
-        non-ASCII throughout takes the largest byte of each line instead (one pass)."""
+        """Lines that hold a byte over 0x7f: the lines of those bytes, or, in a window
+        where they are many, the largest byte of each line (one pass)."""
         if self.is_ascii():
             return []
-        high = self._high_blocks()
-        data = self.bytes
-        if len(high) * 4 > len(data) // _PROBE + 1:
-            return np.flatnonzero(np.maximum.reduceat(data, self.starts) >= 0x80).tolist()
-        whole = len(data) // _PROBE
-        found = []
-        inner = high[high < whole]
-        if len(inner):
-            at = np.flatnonzero(data[:whole * _PROBE].reshape(-1, _PROBE)[inner] >= 0x80)
-            found.append(inner[at // _PROBE] * _PROBE + at % _PROBE)
-        if len(inner) < len(high):
-            found.append(whole * _PROBE + np.flatnonzero(data[whole * _PROBE:] >= 0x80))
-        holding: list[int] = np.unique(self.line_of(np.concatenate(found))).tolist()
+        if len(self._high_chunks) * _CHUNK > len(self.bytes) // 2 and \
+                len(self._high_positions()) * 16 > len(self.bytes):
+            return np.flatnonzero(np.maximum.reduceat(self.bytes, self.starts) >= 0x80).tolist()
+        holding: list[int] = np.unique(self.line_of(self._high_positions())).tolist()
         return holding
 
     def blank(self) -> list[int]:
@@ -581,17 +565,7 @@ class _Lines:
         point looked up once."""
         if self.is_ascii():
             return []
-        high = self._high_blocks()
-        data = self.bytes
-        whole = len(data) // _PROBE
-        inner = high[high < whole]
-        parts = []
-        if len(inner):
-            at = np.flatnonzero(data[:whole * _PROBE].reshape(-1, _PROBE)[inner] >= 0x80)
-            parts.append(inner[at // _PROBE] * _PROBE + at % _PROBE)
-        if len(inner) < len(high):
-            parts.append(whole * _PROBE + np.flatnonzero(data[whole * _PROBE:] >= 0x80))
-        decoded = _utf8_codes(data, np.concatenate(parts))
+        decoded = _utf8_codes(self.bytes, self._high_positions())
         if decoded is None:
             return None
         leads, codes = decoded
@@ -626,7 +600,6 @@ class _Lines:
         return {k for k, raw in zip(which, self.raws(which), strict=True) if _RISKY.search(raw)}
 
 
-_PROBE = 4096  # bytes per block when looking for non-ASCII bytes
 _CHUNK = 1 << 18  # bytes compared at a time when looking for one byte value (fits a core's cache)
 _RISKY = re.compile(rb"  |\\[ntrf/NTRF]")  # what `_Lines.escapes` calls risky, in one line
 
@@ -681,6 +654,21 @@ def _utf8_codes(data: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndar
     return leads, codes
 
 
+def _newlines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets of the newlines, indexes of the `_CHUNK`s that hold a byte over 0x7f):
+    one pass, each chunk read while it is in the cache."""
+    mask = np.empty(min(len(data), _CHUNK), dtype=bool)
+    parts, high = [], []
+    for number, at in enumerate(range(0, len(data), _CHUNK)):
+        piece = data[at:at + _CHUNK]
+        found = np.flatnonzero(np.equal(piece, 0x0A, out=mask[:len(piece)]))
+        if len(found):
+            parts.append(found + at if at else found)
+        if int(piece.max()) >= 0x80:
+            high.append(number)
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), np.asarray(high, dtype=np.int64)
+
+
 _BLANK_BYTES = np.zeros(256, dtype=bool)  # by byte value: the bytes a blank line may hold
 _BLANK_BYTES[list(b" \t\r\x0b\x0c")] = True
 
@@ -702,6 +690,14 @@ class Pending:
     id_prefix: str  # the default id, for a record without one, is id_prefix + rec-<ordinal>
     ordinal: int
 
+    @classmethod
+    def of(cls, path: str, where: str, raw: bytes | str, id_prefix: str, ordinal: int) -> Pending:
+        """`Pending(path, where, raw, id_prefix, ordinal)` without the frozen dataclass's
+        `__init__` (a scan makes thousands): the same fields in the same order."""
+        pending = object.__new__(cls)
+        pending.__dict__.update(path=path, where=where, raw=raw, id_prefix=id_prefix, ordinal=ordinal)
+        return pending
+
     @property
     def default_id(self) -> str:
         return f"{self.id_prefix}rec-{self.ordinal:07d}"
@@ -712,8 +708,11 @@ class Pending:
         except orjson.JSONDecodeError:
             raw = self.raw.encode("utf-8", "surrogatepass") if isinstance(self.raw, str) else self.raw
             value = parse_json(raw, Shard(Path(self.path), "", "jsonl", None, 0), self.where)
+        # The default id is read only where the object has no `id` (formatting it for each
+        # of a pool's thousands of lines cost more than their parse's look-ups).
+        default = "" if type(value) is dict and "id" in value else self.default_id
         try:
-            return parse_record(self.path, self.where, value, self.default_id)
+            return parse_record(self.path, self.where, value, default)
         except RecordMisfit:
             return None
 
@@ -859,10 +858,11 @@ def scan_shard(source: CorpusSource, shard: Shard, matcher: MultiMatcher, *, see
                     result.hits.append((shard.position(line), record, tuple(sorted(subjects[i]))))
             sampled = _sampled_lines(blocks.lines, first, shard, seed, threshold) if threshold else []
             prefix = "" if source.single else f"{shard.name}:"
+            path, base, before = str(shard.path), shard.number << SHARD_BITS, blocks.blanks_before
             for (line, key), raw in zip(sampled, lines.raws([line - first for line, _ in sampled]), strict=True):
                 if raw.strip():
-                    result.pool.append((key, shard.position(line), Pending(
-                        str(shard.path), str(line + 1), raw, prefix, blocks.ordinal(line, blanks))))
+                    ordinal = blocks.ordinal(line, blanks) if blanks else line - before
+                    result.pool.append((key, base | line, Pending.of(path, str(line + 1), raw, prefix, ordinal)))
             result.positions = first + blocks.lines
         return result
     if shard.format in ("parquet", "arrow"):
