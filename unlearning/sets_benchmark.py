@@ -5,7 +5,8 @@
 
 `write` makes a corpus of the demo's people (their records, then general text up to the
 size; keep it out of git: /tmp).  `scan` builds the sets for `--subjects` of those people
-(names, aliases, e-mail addresses, phones) and prints one JSON line: seconds, MB/s,
+(names, aliases, e-mail addresses, phones) and prints one JSON line: seconds (and the
+process's CPU seconds over the same stretch, steadier on a shared machine), MB/s,
 peak resident memory of the process (`VmHWM`, `peak_rss_mb`), forget and retain sizes.  Run it in a
 fresh process per figure so that the peak memory is that of the scan alone.  The fast
 scan streams the path; `--reference` loads the corpus and runs the in-memory reference
@@ -99,15 +100,15 @@ def peak_rss_mb() -> float:
 def measure_scan(corpus: Path, subjects: list[Subject], *, reference: bool = False, seed: int = 0) -> dict[str, Any]:
     size_mb = corpus_bytes(corpus) / 1e6
     baseline = peak_rss_mb()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     if reference:
         from unlearning.corpus import load_corpus
 
         sets = build_sets_reference(load_corpus(corpus), subjects, seed=seed)
     else:
         sets = build_sets(corpus, subjects, seed=seed)
-    seconds = time.perf_counter() - started
-    return {"corpus_mb": round(size_mb, 1), "subjects": len(subjects), "seconds": seconds,
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    return {"corpus_mb": round(size_mb, 1), "subjects": len(subjects), "seconds": seconds, "cpu_seconds": cpu_seconds,
             "mb_per_s": size_mb / seconds, "peak_rss_mb": peak_rss_mb(), "rss_before_mb": baseline,
             "forget": len(sets.forget), "retain": len(sets.retain), "unmatched": len(sets.unmatched),
             "implementation": "reference (load_corpus + in-memory match)" if reference else "fast scan (streamed)"}
