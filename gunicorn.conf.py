@@ -21,8 +21,15 @@ accesslog = "-"
 
 def post_worker_init(worker: object) -> None:
     """Import the URLconf, and with it every view and the libraries they load (the PDF
-    writer alone takes seconds), when the worker starts: lazily, the first request each
-    worker served waited for it (the service benchmark's p99 was that one request)."""
+    writer alone takes seconds), and configure the domain's mappers when the worker starts:
+    lazily, the first request each worker served waited for it (the service benchmark's
+    p99 was that one request)."""
     from django.urls import get_resolver
+    from sqlalchemy.orm import configure_mappers
 
     get_resolver().url_patterns  # noqa: B018 - the property imports the URLconf
+    # SQLAlchemy configures the mappers (every relationship of every domain class) the first
+    # time an instance of one is made: in a worker warmed on /healthz, that was the first
+    # filing, 0.06 s of CPU with the GIL held (more on a loaded machine) while the worker's
+    # other threads waited.
+    configure_mappers()

@@ -9,14 +9,21 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
 from deletion.domain.audit import audit_verify, canonical_json_flat
 from deletion.domain.canonical import CanonicalError, canonical_json
 from deletion.domain.db import make_engine, session_scope
 from deletion.domain.errors import ValidationError
-from deletion.domain.models import AuditEvent, ChainHead, Model, ReferenceCounter, SubjectIndex
+from deletion.domain.models import (
+    AuditEvent,
+    ChainHead,
+    ErasureRequest,
+    Model,
+    ReferenceCounter,
+    SubjectIndex,
+)
 from deletion.domain.services.requests import request_submission, subject_identifiers
 from tests.conftest import drop_database, fresh_database_url
 from tests.domain.conftest import SUBMITTER, register_model, submit
@@ -81,6 +88,24 @@ def test_a_filing_writes_the_row_its_index_and_one_chained_event(session: Sessio
     assert (event.action, event.object_ref) == ("request.submitted", row.reference)
     assert "Mara" not in event.details and "mara@" not in event.details
     assert audit_verify(session).ok
+
+
+def test_the_filed_row_is_the_persistent_image_of_what_was_written(session: Session) -> None:
+    """The row comes back without a read (its state filled as the ORM's loading fills it):
+    persistent in the session, every column what the database now holds, nothing pending."""
+    filed = request_submission(session, actor=SUBMITTER, actor_id=7, name="Mara Okafor",
+                               emails=["mara@example.org"], ground="17(1)(b)",
+                               received_at=datetime(2026, 11, 2, 9, 30, tzinfo=UTC), model_name="demo",
+                               now=datetime(2026, 11, 3, tzinfo=UTC))
+    row = filed.request
+    state = inspect(row)
+    assert state.persistent and row in session and not session.dirty and not session.new
+    columns = [c.key for c in ErasureRequest.__table__.columns]
+    assert not set(columns) & state.unloaded
+    held = {key: getattr(row, key) for key in columns}
+    session.expire(row)
+    assert {key: getattr(row, key) for key in columns} == held
+    assert row.model.name == "demo"
 
 
 def test_a_second_filing_for_the_same_subject_names_the_first(session: Session) -> None:

@@ -12,11 +12,11 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm import Session, class_mapper, make_transient_to_detached
 
 from deletion.domain import crypto, deadlines
 from deletion.domain.audit import (
@@ -39,6 +39,7 @@ from deletion.domain.states import (
 
 logger = logging.getLogger(__name__)
 P = ParamSpec("P")
+_Row = TypeVar("_Row")
 
 OBJECT_TYPE = "erasure_request"
 SUBJECT_CONTEXT = "erasure_requests.subject"
@@ -316,7 +317,7 @@ def _submission_pg(
     # every column loaded.
     if commit:
         session.commit()  # the session's own bookkeeping: the driver has committed already
-    request = ErasureRequest(id=created_id[0], **values)
+    request = _as_loaded(ErasureRequest, {"id": created_id[0], **values})
     make_transient_to_detached(request)
     session.add(request)
     # The earlier requests as ORM rows, for callers that show more than their references
@@ -325,6 +326,18 @@ def _submission_pg(
         select(ErasureRequest).where(ErasureRequest.id.in_(earlier_ids)).order_by(ErasureRequest.id)
     ).scalars()) if earlier_ids else []
     return Submission(request=request, earlier=tuple(earlier))
+
+
+def _as_loaded(cls: type[_Row], values: dict[str, Any]) -> _Row:
+    """A new instance of a mapped class holding ``values`` as the ORM's loading does: the
+    values go straight into the instance's state, with no attribute event per column.  The
+    constructor set each of the request's 27 columns through its instrumentation, which cost
+    a filing more CPU than building the audit event (``make_transient_to_detached`` then
+    makes it the persistent row's image, as before)."""
+    # class_mapper configures the mappers first where they are not yet, as the constructor does.
+    instance = class_mapper(cls).class_manager.new_instance()
+    vars(instance).update(values)
+    return instance
 
 
 def _leave_autocommit(driver: Any) -> None:
