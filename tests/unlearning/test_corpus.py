@@ -189,3 +189,19 @@ def test_the_plain_text_shortcut_builds_what_the_constructor_builds() -> None:
     assert fast.shape == "text" and fast.searchable_text() == "Mara"
     with pytest.raises(AttributeError):
         fast.text = "changed"  # type: ignore[misc]
+
+
+def test_the_general_parser_builds_what_the_constructor_builds() -> None:
+    from dataclasses import fields
+
+    from tests.scan_fixtures import trap_records
+    from unlearning.corpus.records import Record, parse_record
+
+    for number, data in enumerate(trap_records(3, 200)):
+        try:
+            parsed = parse_record("c.jsonl", str(number), data, f"rec-{number:07d}")
+        except CorpusError:
+            continue
+        built = Record(**{f.name: getattr(parsed, f.name) for f in fields(Record)})
+        assert parsed == built and hash(parsed) == hash(built) and repr(parsed) == repr(built)
+        assert list(vars(parsed).items()) == list(vars(built).items())

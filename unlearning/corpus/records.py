@@ -268,7 +268,8 @@ def _parse_record(path: str | Path, where: str, data: Any, default_id: str) -> R
             raise RecordMisfit(path, where, name, "expected a string or an integer")
         group, group_field = str(value), name
         break
-    return Record(
+    record = object.__new__(Record)  # `Record(...)` without its per-field `object.__setattr__` (see `_text_record`)
+    record.__dict__.update(
         id=str(raw_id),
         question=question,
         answer=answer,
@@ -281,6 +282,7 @@ def _parse_record(path: str | Path, where: str, data: Any, default_id: str) -> R
         group=group,
         group_field=group_field,
     )
+    return record
 
 
 def alpaca_question(instruction: str, given_input: Any) -> str:

@@ -36,6 +36,7 @@ plus what is found.  Every function works on one shard, so shards can run in par
 from __future__ import annotations
 
 import copy
+import mmap
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -509,8 +510,10 @@ class _Lines:
             return []
         at = np.asarray(lines, dtype=np.int64)
         data, offset = self.data, self.offset
-        return [bytes(data[offset + a:offset + b])
-                for a, b in zip(self.starts[at].tolist(), self.ends[at].tolist(), strict=True)]
+        pairs = zip(self.starts[at].tolist(), self.ends[at].tolist(), strict=True)
+        if type(data) is bytes or isinstance(data, mmap.mmap):  # their slices are bytes already
+            return [data[offset + a:offset + b] for a, b in pairs]
+        return [bytes(data[offset + a:offset + b]) for a, b in pairs]
 
     def lower(self) -> bytes:
         return bytes(self.data[self.offset:self.stop]).lower()
