@@ -135,7 +135,7 @@ def audit_append(
     # Keep the locked head object in step with its row for callers that hold it.
     set_committed_value(head, "seq", values["seq"])
     set_committed_value(head, "hash", values["hash"])
-    logger.info("audit %s %s %s:%s seq=%s", actor, action, object_type, object_ref, values["seq"])
+    audit_logged(actor=actor, action=action, object_type=object_type, object_ref=object_ref, seq=values["seq"])
     return AuditEvent(**values)
 
 
@@ -175,19 +175,26 @@ def audit_append_pg(
     object_ref: str,
     details: Mapping[str, Any] | None = None,
     at: datetime | None = None,
-) -> None:
+) -> int:
     """``audit_append`` through a psycopg cursor of the caller's transaction, which already
     holds the audit head's lock (``head`` is the (seq, hash) that AUDIT_HEAD_LOCK_PG
     returned, read in this transaction).  The event and the head move are sent, not
-    awaited: in a pipeline, their errors surface at the caller's next sync.  Returns nothing:
-    building the ORM object the other ``audit_append`` returns cost its one caller (the
-    API's filing, inside the head's lock) more than hashing the event did."""
+    awaited: in a pipeline, their errors surface at the caller's next sync.  Returns the
+    event's seq, not the ORM object the other ``audit_append`` returns: building it cost its
+    one caller (the API's filing, inside the head's lock) more than hashing the event did.
+    The caller logs the event with ``audit_logged`` once the database has taken it (the log
+    line cost more than the hash too, and the head's lock need not wait for it)."""
     values = _next_event(head[0], head[1], actor=actor, action=action, object_type=object_type,
                          object_ref=object_ref, details=details, at=at)
     cursor.execute(_PG_APPEND, (
         values["seq"], values["at"].astimezone(UTC), actor, action, object_type, object_ref,
         values["details"], values["prev_hash"], values["hash"], values["seq"], values["hash"], AUDIT_CHAIN))
-    logger.info("audit %s %s %s:%s seq=%s", actor, action, object_type, object_ref, values["seq"])
+    return int(values["seq"])
+
+
+def audit_logged(*, actor: str, action: str, object_type: str, object_ref: str, seq: int) -> None:
+    """The log line ``audit_append`` writes for each event, for ``audit_append_pg``'s caller."""
+    logger.info("audit %s %s %s:%s seq=%s", actor, action, object_type, object_ref, seq)
 
 
 @dataclass(frozen=True)

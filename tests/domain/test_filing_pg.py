@@ -3,6 +3,7 @@ it must write what the ORM path writes, keep the audit chain whole, and leave no
 behind when it refuses."""
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -106,6 +107,17 @@ def test_the_filed_row_is_the_persistent_image_of_what_was_written(session: Sess
     session.expire(row)
     assert {key: getattr(row, key) for key in columns} == held
     assert row.model.name == "demo"
+
+
+def test_a_filing_logs_its_audit_event_once_and_a_refused_one_none(
+        session: Session, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="deletion.domain.audit"):
+        row = submit(session)
+        with pytest.raises(ValidationError):
+            submit(session, model_name="no-such-model")
+    seq = session.execute(select(AuditEvent.seq).where(AuditEvent.object_ref == row.reference)).scalar_one()
+    assert [r.getMessage() for r in caplog.records if r.name == "deletion.domain.audit"] == [
+        f"audit {SUBMITTER} request.submitted erasure_request:{row.reference} seq={seq}"]
 
 
 def test_a_second_filing_for_the_same_subject_names_the_first(session: Session) -> None:

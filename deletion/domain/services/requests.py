@@ -23,6 +23,7 @@ from deletion.domain.audit import (
     AUDIT_HEAD_LOCK_PG,
     audit_append,
     audit_append_pg,
+    audit_logged,
     canonical_json_flat,
 )
 from deletion.domain.canonical import GENESIS_HASH, canonical_time
@@ -288,7 +289,7 @@ def _submission_pg(
             insert.execute(statement, (*(_pg_value(v) for v in values.values()),
                                        *(x for kind, digest in entries for x in (kind, digest, keys.blind_key_id))))
             statement = "audit_events"
-            audit_append_pg(
+            seq = audit_append_pg(
                 cursor, head=(head[0], head[1]), actor=actor, action="request.submitted",
                 object_type=OBJECT_TYPE, object_ref=reference,
                 details={
@@ -313,6 +314,7 @@ def _submission_pg(
     finally:
         if own:
             _leave_autocommit(driver)
+    audit_logged(actor=actor, action="request.submitted", object_type=OBJECT_TYPE, object_ref=reference, seq=seq)
     # The row as the ORM would hold it after its own INSERT: persistent in this session,
     # every column loaded.
     if commit:
