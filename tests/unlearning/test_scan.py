@@ -251,6 +251,7 @@ def test_needles_fold_only_the_non_ascii_lines_that_may_hold_a_token_and_find_th
     tmp_path: Path, seed: int, subjects: list[Subject], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = write_jsonl(tmp_path / "c.jsonl", _ascii_trap_records(seed, 600), seed)
+    monkeypatch.setattr(scan, "_DENSE", 1)  # never dense (the trap corpus is denser in non-ASCII bytes than text)
     folded: list[int] = []
     original = scan._lines_holding
 
@@ -274,6 +275,7 @@ def test_the_fast_scan_of_ascii_keys_gives_byte_identical_sets_to_the_reference(
 ) -> None:
     monkeypatch.setattr(formats, "BLOCK", 1499)
     monkeypatch.setattr(scan, "NEEDLES", True)
+    monkeypatch.setattr(scan, "_DENSE", 1)
     path = write_jsonl(tmp_path / "c.jsonl", _ascii_trap_records(11, 500), 11)
     reference = build_sets_reference(load_corpus(path), subjects, retain_per_forget=2, seed=3)
     fast = build_sets(path, subjects, retain_per_forget=2, seed=3, corpus_digest=reference.corpus_digest)
@@ -291,11 +293,11 @@ def test_needles_and_folding_every_line_agree_on_lines_full_of_traps(texts: list
                     for i, t in enumerate(texts)).encode("utf-8")
     found = []
     for needles in (True, False):
-        scan.NEEDLES = needles
+        scan.NEEDLES, scan._DENSE = needles, 1  # never dense: the needles read every non-ASCII byte
         try:
             found.append(Prefilter(keys, phrases=True).candidate_lines(_Lines(block)))
         finally:
-            scan.NEEDLES = None
+            scan.NEEDLES, scan._DENSE = None, 64
     assert found[0] == found[1]
 
 
@@ -357,3 +359,25 @@ def test_a_pending_line_built_by_of_is_the_one_the_constructor_builds() -> None:
     fast, built = Pending.of("c.jsonl", "3", b'{"text": "x"}', "a:", 2), Pending("c.jsonl", "3", b'{"text": "x"}', "a:", 2)
     assert fast == built and hash(fast) == hash(built) and list(vars(fast).items()) == list(vars(built).items())
     assert fast.record() == built.record() and fast.default_id == "a:rec-0000002"
+
+
+@pytest.mark.parametrize("dense", [1, 64, 1 << 20])
+def test_a_window_dense_with_non_ascii_bytes_finds_the_same_lines_and_sets(
+    tmp_path: Path, dense: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Greek and Cyrillic filler between the traps: about one byte in three over 0x7f, so
+    # every window is dense (its non-ASCII lines all folded) at 64 and 1 << 20, none at 1.
+    rng = __import__("random").Random(dense)
+    filler = ["\u0397 \u03b2\u03c1\u03bf\u03c7\u03ae \u03c3\u03c4\u03b1\u03bc\u03ac\u03c4\u03b7\u03c3\u03b5.",
+              "\u0414\u043e\u0436\u0434\u044c \u0448\u0451\u043b \u0432\u0435\u0441\u044c \u0434\u0435\u043d\u044c."]
+    records = _ascii_trap_records(dense, 300)
+    for record in records:
+        if "text" in record:
+            record["text"] = f"{rng.choice(filler)} {record['text']} {rng.choice(filler)}"
+    path = write_jsonl(tmp_path / "c.jsonl", records, dense)
+    monkeypatch.setattr(scan, "_DENSE", dense)
+    assert _candidates(path, ASCII_SUBJECTS, True, monkeypatch) == _candidates(path, ASCII_SUBJECTS, False, monkeypatch)
+    monkeypatch.setattr(scan, "NEEDLES", True)
+    reference = build_sets_reference(load_corpus(path), ASCII_SUBJECTS[:1], seed=2)
+    fast = build_sets(path, ASCII_SUBJECTS[:1], seed=2, corpus_digest=reference.corpus_digest)
+    assert saved_bytes(fast, tmp_path / "f") == saved_bytes(reference, tmp_path / "r")

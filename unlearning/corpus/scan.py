@@ -18,7 +18,10 @@ parsing them:
   run of word characters of the normalised text is a substring of the folded line (the
   normalisation acts character by character but for canonical composition, and no ASCII
   character composes into a character that keeps a word character normalisation would
-  keep: `_lines_holding`), so the tokens are looked for in the folded line.
+  keep: `_lines_holding`), so the tokens are looked for in the folded line.  Where every
+  token is ASCII and the needles are used (`_Needles`), only the non-ASCII lines that hold
+  a needle or a character that may fold to a token's letter or to nothing are folded
+  (`Prefilter._needle_lines`): the others cannot hold a token.
   Lines with a `\\u` escape are always parsed.
 * The lines that may hold a hit alone are parsed (`orjson`) and matched by the reference
   matcher, so the result is the reference's, hit for hit.  A key without a letter or
@@ -340,7 +343,7 @@ class Prefilter:
         raws = lines.raws(hit)
         wide = {k for k, raw in zip(hit, raws, strict=True) if not raw.isascii()}
         folding = lines.lines_folding_to(self._alphabet)
-        if folding is None:  # not UTF-8: every non-ASCII line is folded, and fails there as in the reference
+        if folding is None:  # not UTF-8 (it fails in the fold, as in the reference), or dense: fold them all
             folding = lines.non_ascii()
         folding = sorted((set(folding) | wide) - found)
         found.update(_lines_holding(self._folded, lines, folding, folded=True))
@@ -494,6 +497,7 @@ class _Lines:
         self.starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
         self.count = len(ends)
         self._high: np.ndarray | None = None
+        self._dense = False
 
     def start(self, line: int) -> int:
         return int(self.starts[line])
@@ -528,24 +532,32 @@ class _Lines:
     def is_ascii(self) -> bool:
         return not len(self._high_chunks)
 
-    def _high_positions(self) -> np.ndarray:
-        """Offsets of the bytes over 0x7f, looked for in the `_CHUNK`s that hold one."""
+    def _high_positions(self) -> np.ndarray | None:
+        """Offsets of the bytes over 0x7f, looked for in the `_CHUNK`s that hold one; None
+        where they are more than one in `_DENSE` bytes of the window (a window of non-Latin
+        text: its offsets would take several times the window's memory)."""
         if self._high is None:
-            data = self.bytes
-            parts = [at * _CHUNK + np.flatnonzero(data[at * _CHUNK:(at + 1) * _CHUNK] >= 0x80)
-                     for at in self._high_chunks.tolist()]
+            data, most = self.bytes, len(self.bytes) // _DENSE + 1
+            parts, total = [], 0
+            for at in self._high_chunks.tolist():
+                found = np.flatnonzero(data[at * _CHUNK:(at + 1) * _CHUNK] >= 0x80)
+                total += len(found)
+                if total > most:
+                    self._dense = True
+                    return None
+                parts.append(found + at * _CHUNK)
             self._high = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return self._high
+        return None if self._dense else self._high
 
     def non_ascii(self) -> list[int]:
         """Lines that hold a byte over 0x7f: the lines of those bytes, or, in a window
         where they are many, the largest byte of each line (one pass)."""
         if self.is_ascii():
             return []
-        if len(self._high_chunks) * _CHUNK > len(self.bytes) // 2 and \
-                len(self._high_positions()) * 16 > len(self.bytes):
+        high = self._high_positions()
+        if high is None:
             return np.flatnonzero(np.maximum.reduceat(self.bytes, self.starts) >= 0x80).tolist()
-        holding: list[int] = np.unique(self.line_of(self._high_positions())).tolist()
+        holding: list[int] = np.unique(self.line_of(high)).tolist()
         return holding
 
     def blank(self) -> list[int]:
@@ -562,13 +574,14 @@ class _Lines:
     def lines_folding_to(self, alphabet: frozenset[str]) -> list[int] | None:
         """The lines that hold a non-ASCII character that may fold to a character of
         `alphabet` (`_folds_to`) or to nothing (`_vanishes`), or None where the window's
-        non-ASCII bytes are not UTF-8.
+        non-ASCII bytes are not UTF-8 or too many to read one by one (`_high_positions`).
 
         Read from the window's bytes over 0x7f alone (`_utf8_codes`), each distinct code
         point looked up once."""
         if self.is_ascii():
             return []
-        decoded = _utf8_codes(self.bytes, self._high_positions())
+        high = self._high_positions()
+        decoded = _utf8_codes(self.bytes, high) if high is not None else None
         if decoded is None:
             return None
         leads, codes = decoded
@@ -603,6 +616,7 @@ class _Lines:
         return {k for k, raw in zip(which, self.raws(which), strict=True) if _RISKY.search(raw)}
 
 
+_DENSE = 64  # bytes per byte over 0x7f, at most, for the scan to look at those bytes one by one
 _CHUNK = 1 << 18  # bytes compared at a time when looking for one byte value (fits a core's cache)
 _RISKY = re.compile(rb"  |\\[ntrf/NTRF]")  # what `_Lines.escapes` calls risky, in one line
 
