@@ -5,6 +5,7 @@ the others."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -30,6 +31,7 @@ from unlearning.methods.targets import (
     compress,
     forget_targets,
     kl_to_target,
+    log_odds,
     most_typical,
     plan_targets,
     position_logprobs,
@@ -192,6 +194,56 @@ def test_the_token_term_pins_the_actual_tokens_log_probability_where_the_kl_bare
     assert at_target.item() == pytest.approx(0.0, abs=1e-3)
     below = kl_to_target(target, with_actual(1e-7)[None], mask, next_ids=next_ids, token_weight=1.0)
     assert below.item() > 40
+
+
+@pytest.mark.parametrize("vocab,topk", [(5000, 8), (64, None)])
+def test_the_log_odds_gap_sees_the_mass_a_confident_token_leaves_to_the_others(vocab, topk):
+    # A name the model copies: the target gives it 0.9985, the student 0.99.  Min-K%++ reads
+    # that token's z at about the square root of the mass left over (0.04 against 0.1, the
+    # student looks more familiar); the log-probability gap is 0.009 nats and charges
+    # nothing, the log-odds gap log(0.9985/0.0015) - log(0.99/0.01) = 1.9 charges 3.6.
+    torch.manual_seed(2)
+    rest = F.softmax(torch.randn(3, vocab), dim=-1)
+    actual = torch.tensor([0, 1, 2])
+    def with_actual(p_actual):
+        probs = rest.clone()
+        probs[torch.arange(3), actual] = 0.0
+        probs = probs / probs.sum(-1, keepdim=True) * (1 - p_actual)
+        probs[torch.arange(3), actual] = p_actual
+        return probs.log()
+    target = compress(with_actual(0.9985), topk, actual[:, None])
+    student = with_actual(0.99)[None].requires_grad_(True)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    next_ids = actual[None]
+    kl_only = kl_to_target(target, student, mask).item()
+    by_logprob = kl_to_target(target, student, mask, next_ids=next_ids, token_weight=1.0).item()
+    by_odds = kl_to_target(target, student, mask, next_ids=next_ids, token_weight=1.0, token_gap="logodds")
+    odds = lambda p: math.log(p / (1 - p))  # noqa: E731
+    assert by_logprob - kl_only < 1e-4
+    assert by_odds.item() - kl_only == pytest.approx((odds(0.9985) - odds(0.99)) ** 2, rel=1e-2)
+    # Its gradient raises the actual token (towards the target's certainty), and stops there.
+    by_odds.backward()
+    assert bool((student.grad[0, torch.arange(3), actual] < 0).all())
+    at_target = kl_to_target(target, with_actual(0.9985)[None], mask, next_ids=next_ids, token_weight=1.0,
+                             token_gap="logodds")
+    assert at_target.item() == pytest.approx(0.0, abs=1e-3)
+    # Where the token is unlikely, log-odds and log-probability are the same gap.
+    unlikely = compress(with_actual(1e-4), topk, actual[:, None])
+    a = kl_to_target(unlikely, with_actual(0.01)[None], mask, next_ids=next_ids, token_weight=1.0)
+    b = kl_to_target(unlikely, with_actual(0.01)[None], mask, next_ids=next_ids, token_weight=1.0,
+                     token_gap="logodds")
+    assert b.item() == pytest.approx(a.item(), rel=0.01)
+    with pytest.raises(ValueError, match="token gap"):
+        kl_to_target(target, student, mask, next_ids=next_ids, token_weight=1.0, token_gap="odds")
+
+
+def test_log_odds_is_accurate_where_the_token_is_nearly_certain():
+    logp = torch.tensor([math.log(0.5), math.log(1 - 1e-4), math.log(1e-6), 0.0])
+    got = log_odds(logp)
+    assert got[0].item() == pytest.approx(0.0, abs=1e-6)
+    assert got[1].item() == pytest.approx(math.log((1 - 1e-4) / 1e-4), rel=1e-3)
+    assert got[2].item() == pytest.approx(math.log(1e-6 / (1 - 1e-6)), rel=1e-4)
+    assert math.isfinite(got[3].item()) and got[3].item() > 13  # certain: capped, not infinite
 
 
 def test_the_most_typical_candidate_is_central_by_every_statistic_not_by_one():
@@ -424,6 +476,49 @@ def test_the_retain_nll_term_repairs_what_a_damaged_parent_lost(tiny_corpus_dir,
     assert with_term < 0.8 * without, retained_nll
     with pytest.raises(ValueError, match="retain_nll_weight"):
         resolve_hparams("asu", {"retain_nll_weight": -1.0}, torch.nn.Linear(2, 2), subjects=1)
+
+
+def test_the_retain_log_odds_pin_keeps_what_the_model_is_sure_of_about_everyone_else(
+    tiny_corpus_dir, tiny_base_model_dir,
+):
+    """Fine-tuning lets the little mass a sure token leaves to the others drift (the KL barely
+    charges it), and a calibrated attack reads exactly that: the retained records' actual
+    tokens keep their log-odds closer to the original's with the pin than without it."""
+    from unlearning.methods.base import make_batches
+    from unlearning.methods.targets import log_odds
+
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 1)])
+    full = method_input(sets)
+    data = MethodInput(forget=full.forget, retain=full.retain[: 3 * len(full.forget)], subjects=full.subjects,
+                       record_subjects=full.record_subjects, probes=full.probes, name_pool=full.name_pool)
+
+    def retained_log_odds(model, tokenizer) -> torch.Tensor:
+        batches = make_batches(tokenizer, encode_all(tokenizer, data.retain), batch_size=16, shuffle=False,
+                               seed=0, device="cpu")
+        out = []
+        with torch.no_grad():
+            for b in batches:
+                logp = F.log_softmax(model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1], -1)
+                actual = logp.gather(-1, b.input_ids[:, 1:, None]).squeeze(-1)
+                out.append(log_odds(actual[b.loss_mask]))
+        return torch.cat(out)
+
+    drift = []
+    for weight in (0.0, 1.0):
+        torch.manual_seed(0)
+        model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+        tokenizer.padding_side = "right"
+        before = retained_log_odds(model, tokenizer)
+        hp = resolve_hparams("asu", {"steps": 30, "told_answers": False, "token_gap": "logodds",
+                                     "retain_token_weight": weight}, model, subjects=1)
+        ASU().unlearn(model, tokenizer, data, hp)
+        drift.append(float((retained_log_odds(model, tokenizer) - before).abs().mean()))
+    without, with_pin = drift
+    assert with_pin < 0.8 * without, drift
+    with pytest.raises(ValueError, match="retain_token_weight"):
+        resolve_hparams("asu", {"retain_token_weight": -1.0}, torch.nn.Linear(2, 2), subjects=1)
+    with pytest.raises(ValueError, match="token_gap"):
+        resolve_hparams("asu", {"token_gap": "odds"}, torch.nn.Linear(2, 2), subjects=1)
 
 
 def test_a_plan_runs_the_tempered_teacher_only_where_no_copy_covers_a_learnt_token(

@@ -12,8 +12,14 @@ Loss: ``forget_weight * L_forget + retain_weight * L_retain`` with
   Both targets are fixed, so the loss stops at the stranger's level instead
   of pushing past it (gradient ascent makes the subject *less* familiar than a
   stranger, which shows just as much).
+  Each position also pins the actual token to the target's by the squared gap
+  of its log-odds (``token_gap="logodds"``, the presets): a token both models
+  are sure of (a name copied from the question) is read by a calibrated attack
+  through the little mass left to the others, which the KL barely sees.
 * ``L_retain`` = KL(original || student) on retained records' learnt tokens
-  (``"kl"``) or cross-entropy on them (``"gd"``).
+  (``"kl"``), with the same log-odds pin at the original's (``retain_token_weight``:
+  what the model is sure of about everyone else stays exactly as sure), or
+  cross-entropy on them (``"gd"``).
 
 Both teachers and the retain anchor are computed once, before the first step,
 from the model itself (the serving checkpoint of a continual erasure), and
@@ -90,11 +96,17 @@ PRESETS: dict[str, dict[str, Any]] = {
     # latent_weight 3 with the lens readout (measured 2026-12-03 on the three cells of the full
     # bench whose latent residue failed: 0.434 / 0.393 / 0.386 with the state loss at 1, 0.329 /
     # 0.312 / 0.310 with the lens at 3; at 10 retained accuracy fell to 0.969 of the base).
+    # token_gap "logodds" with retain_token_weight 1 (measured 2026-12-06 on 10 demo people, 5 %
+    # seed 2, against the same erasure with the log-probability pin: identifying-span membership
+    # AUC 0.508 against 0.688, the retrain oracle 0.614; retained accuracy 0.990 against 0.974).
+    # A copied name is nearly certain in every model; what an attack reads there is the mass
+    # left to other tokens, which the KL and the log-probability gap let drift (docs/methods.md).
     "demo": {"lr": 5e-4, "tau": 2.0, "min_steps": 200, "steps_per_subject": 30, "retain_weight": 3.0,
              "retain_nll_weight": 1.0,
-             "latent_weight": 3.0},
+             "latent_weight": 3.0, "token_gap": "logodds", "retain_token_weight": 1.0},
     "published": {"lr": 1e-5, "tau": 2.5, "min_steps": 200, "steps_per_subject": 10, "batch_size": 8,
-                  "retain_batch_size": 8, "retain_weight": 3.0, "latent_weight": 1.0},
+                  "retain_batch_size": 8, "retain_weight": 3.0, "latent_weight": 1.0,
+                  "token_gap": "logodds", "retain_token_weight": 1.0},
 }
 THOROUGH = {"min_steps": 2.0, "steps_per_subject": 2.0}  # multipliers
 
@@ -105,6 +117,9 @@ class ASUHparams(TrainingHparams):
     tau: float = 2.0
     forget_weight: float = 1.0
     token_weight: float = 1.0  # pin the actual token's log-probability to the target's (kl_to_target)
+    token_gap: str = "logprob"  # ... by the gap of its log-probability, or of its log-odds ("logodds")
+    # The same pin on the retained records' actual tokens, at the original model's (retain KL only).
+    retain_token_weight: float = 0.0
     retain_weight: float = 1.0
     latent_weight: float = 0.0  # pull the subject's internal states to a stranger's (targets.latent_loss)
     latent_readout: str = "lens"  # "lens": compare what a tuned lens reads off them; "state": the states
@@ -176,6 +191,8 @@ def _check(hp: ASUHparams) -> None:
         raise ValueError("target must be 'counterfactual' or 'tempered'")
     if hp.cache_teacher not in ("topk", "full", "none"):
         raise ValueError("cache_teacher must be 'topk', 'full' or 'none'")
+    if hp.token_gap not in ("logprob", "logodds"):
+        raise ValueError("token_gap must be 'logprob' or 'logodds'")
     if hp.combine_copies not in ("mixture", "span-median"):
         raise ValueError("combine_copies must be 'mixture' or 'span-median'")
     if hp.teacher_refresh < 0:
@@ -186,6 +203,8 @@ def _check(hp: ASUHparams) -> None:
         raise ValueError("tau must be positive")
     if hp.latent_readout not in ("lens", "state"):
         raise ValueError("latent_readout must be 'lens' or 'state'")
+    if not hp.retain_token_weight >= 0:
+        raise ValueError("retain_token_weight must be zero or positive")
     if not hp.retain_nll_weight >= 0:
         raise ValueError("retain_nll_weight must be zero or positive")
 
@@ -290,7 +309,8 @@ class ASU:
             out = trained(input_ids=forget_batch.input_ids, attention_mask=forget_batch.attention_mask,
                           output_hidden_states=states is not None)
             loss_forget = kl_to_target(target, out.logits[:, :-1].float(), forget_batch.loss_mask,
-                                       next_ids=forget_batch.input_ids[:, 1:], token_weight=hp.token_weight)
+                                       next_ids=forget_batch.input_ids[:, 1:], token_weight=hp.token_weight,
+                                       token_gap=hp.token_gap)
             if states is not None:
                 loss_forget = loss_forget + hp.latent_weight * latent_loss(
                     out.hidden_states, states, lens, readings[forget_index[id(forget_batch)]])
@@ -302,7 +322,9 @@ class ASU:
                 kept = trained(input_ids=retain_batch.input_ids, attention_mask=retain_batch.attention_mask,
                                output_hidden_states=anchor_states is not None)
                 kept_logits = kept.logits[:, :-1].float()
-                loss_retain = kl_to_target(anchor, kept_logits, retain_batch.loss_mask)
+                loss_retain = kl_to_target(anchor, kept_logits, retain_batch.loss_mask,
+                                           next_ids=retain_batch.input_ids[:, 1:],
+                                           token_weight=hp.retain_token_weight, token_gap=hp.token_gap)
                 if hp.retain_nll_weight > 0:
                     loss_retain = loss_retain + hp.retain_nll_weight * masked_nll(
                         kept_logits, retain_batch, own_masks[retain_index[id(retain_batch)]])

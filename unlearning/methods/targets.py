@@ -180,7 +180,8 @@ def concat(dists: Sequence[Dist]) -> Dist:
 
 
 def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor, *,
-                 next_ids: torch.Tensor | None = None, token_weight: float = 0.0) -> torch.Tensor:
+                 next_ids: torch.Tensor | None = None, token_weight: float = 0.0,
+                 token_gap: str = "logprob") -> torch.Tensor:
     """Forward KL(target || student) at the masked positions, mean per sequence then per batch.
 
     ``student_logits`` is (B, T, V); the rows of ``target`` follow the masked
@@ -194,15 +195,37 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor,
     log(1/0.9) = 0.1 nats, yet a membership attack scores exactly that token's
     log-probability (3 nats too familiar).  The squared gap is two-sided, so it stops
     at the target, never below it.
+
+    ``token_gap="logodds"`` takes the gap of the token's log-odds, log p - log(1 - p),
+    instead: the same as the log-probability's where the token is unlikely, and where it
+    is likely, the gap of the mass left to every other token.  A calibrated attack
+    (Min-K%++) reads a confident token by that mass (its z is about the square root of
+    it), and the log-probability barely sees it: 0.99 against 0.9985 is 0.009 nats of
+    log-probability, 1.9 of log-odds (`log_odds`).
     """
     rows = student_logits[mask]
     per_token, norm = _kl_rows(target, rows)
     if token_weight > 0 and next_ids is not None and target.actual is not None:
         mine = rows.gather(-1, next_ids[mask][:, None]).squeeze(-1) - norm
-        per_token = per_token + token_weight * (mine - target.actual).square()
+        theirs = target.actual
+        if token_gap == "logodds":
+            mine, theirs = log_odds(mine), log_odds(theirs)
+        elif token_gap != "logprob":
+            raise ValueError(f"unknown token gap {token_gap!r}: logprob or logodds")
+        per_token = per_token + token_weight * (mine - theirs).square()
     full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
     full[mask] = per_token
     return sequence_mean(full, mask)
+
+
+# Log-probabilities above this are read as this: float32 cannot tell 1 - p below it.
+_SURE = -1e-6
+
+
+def log_odds(logp: torch.Tensor) -> torch.Tensor:
+    """log p - log(1 - p) from log p, accurate for p near 1 (`expm1`)."""
+    logp = logp.clamp(max=_SURE)
+    return logp - torch.log(-torch.expm1(logp))
 
 
 def _kl_rows(target: Dist, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
