@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--quick", action="store_const", const="quick", dest="mode",
                       help="a few minutes: tiny preset, one seed, short load tests")
     size.add_argument("--full", action="store_const", const="full", dest="mode",
-                      help="about 45 minutes on 2 cores: demo preset, 3 forget sizes x 3 seeds")
+                      help="about 2.5 hours on 2 cores: demo preset, 3 forget sizes x 3 seeds")
     go.add_argument("--only", nargs="+", choices=FAMILIES, default=list(FAMILIES),
                     help="run only these families (the report says the others were not run)")
     go.add_argument("--docs", type=Path, default=REPO_ROOT / "docs", help="where the report goes")
@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--fractions", type=float, nargs="+", help="override the forget fractions, e.g. 0.05 0.1")
     go.add_argument("--methods", nargs="+", choices=[v.label for v in METHOD_VARIANTS],
                     help="override the methods of the quality benchmark")
+    go.add_argument("--oracle-seeds", type=int,
+                    help="override how many training seeds of the retrain oracle (quality; 1: only the base's recipe)")
     go.add_argument("--threads", type=int,
                     help="torch CPU threads (default: torch's own choice, one per core)")
     per = sub.add_parser("per-subject", help="per-subject before/after leak table for one method (demo model)")
@@ -168,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = replace(settings, seeds=tuple(range(args.seeds)))
     if args.fractions:
         settings = replace(settings, forget_fractions=tuple(args.fractions))
+    if args.oracle_seeds is not None:
+        if args.oracle_seeds < 1:
+            parser.error("--oracle-seeds: at least 1 (the oracle of the base's own recipe)")
+        settings = replace(settings, oracle_training_seeds=tuple(range(args.oracle_seeds)))
     if args.methods:
         settings = replace(settings, methods=tuple(v for v in METHOD_VARIANTS if v.label in args.methods))
     run(settings, families=tuple(f for f in FAMILIES if f in args.only), docs=args.docs,

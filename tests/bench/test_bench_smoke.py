@@ -390,3 +390,13 @@ def test_a_scan_started_by_a_large_process_reports_its_own_peak_memory() -> None
                            cwd=Path(__file__).resolve().parents[2])
     assert 5 < float(child.stdout) < 250  # the child's own interpreter, not the parent's 300 MB
     del held
+
+
+def test_the_oracle_seeds_override_needs_the_bases_own_recipe(capsys) -> None:
+    # `--oracle-seeds 0` would leave the quality bench without its reference oracle: refused, exit 2.
+    from bench.__main__ import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--full", "--only", "quality", "--oracle-seeds", "0"])
+    assert stopped.value.code == 2
+    assert "--oracle-seeds" in capsys.readouterr().err
