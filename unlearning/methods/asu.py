@@ -13,13 +13,13 @@ Loss: ``forget_weight * L_forget + retain_weight * L_retain`` with
   of pushing past it (gradient ascent makes the subject *less* familiar than a
   stranger, which shows just as much).
   Each position also pins the actual token to the target's by the squared gap
-  of its log-odds (``token_gap="logodds"``, the presets): a token both models
-  are sure of (a name copied from the question) is read by a calibrated attack
-  through the little mass left to the others, which the KL barely sees.
+  of its log-probability, or (``token_gap="logodds"``, an option) of its
+  log-odds: a token both models are sure of (a name copied from the question)
+  is read by a calibrated attack through the little mass left to the others,
+  which the KL and the log-probability barely see.
 * ``L_retain`` = KL(original || student) on retained records' learnt tokens
-  (``"kl"``), with the same log-odds pin at the original's (``retain_token_weight``:
-  what the model is sure of about everyone else stays exactly as sure), or
-  cross-entropy on them (``"gd"``).
+  (``"kl"``), optionally with the same pin at the original's
+  (``retain_token_weight``), or cross-entropy on them (``"gd"``).
 
 Both teachers and the retain anchor are computed once, before the first step,
 from the model itself (the serving checkpoint of a continual erasure), and
@@ -96,17 +96,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     # latent_weight 3 with the lens readout (measured 2026-12-03 on the three cells of the full
     # bench whose latent residue failed: 0.434 / 0.393 / 0.386 with the state loss at 1, 0.329 /
     # 0.312 / 0.310 with the lens at 3; at 10 retained accuracy fell to 0.969 of the base).
-    # token_gap "logodds" with retain_token_weight 1 (measured 2026-12-06 on 10 demo people, 5 %
-    # seed 2, against the same erasure with the log-probability pin: identifying-span membership
-    # AUC 0.508 against 0.688, the retrain oracle 0.614; retained accuracy 0.990 against 0.974).
-    # A copied name is nearly certain in every model; what an attack reads there is the mass
-    # left to other tokens, which the KL and the log-probability gap let drift (docs/methods.md).
+    # Not in the presets: token_gap "logodds" with retain_token_weight 1 (measured 2026-12-06 on
+    # this machine's demo base, docs/methods.md "The log-odds pin"): identifying-span membership
+    # at parity and retained accuracy up, but latent residue up (10 %: 2 of 3 runs over the limit),
+    # 7 of 9 quality runs passing against the log-probability pin's 8 of 9.
     "demo": {"lr": 5e-4, "tau": 2.0, "min_steps": 200, "steps_per_subject": 30, "retain_weight": 3.0,
              "retain_nll_weight": 1.0,
-             "latent_weight": 3.0, "token_gap": "logodds", "retain_token_weight": 1.0},
+             "latent_weight": 3.0},
     "published": {"lr": 1e-5, "tau": 2.5, "min_steps": 200, "steps_per_subject": 10, "batch_size": 8,
-                  "retain_batch_size": 8, "retain_weight": 3.0, "latent_weight": 1.0,
-                  "token_gap": "logodds", "retain_token_weight": 1.0},
+                  "retain_batch_size": 8, "retain_weight": 3.0, "latent_weight": 1.0},
 }
 THOROUGH = {"min_steps": 2.0, "steps_per_subject": 2.0}  # multipliers
 
