@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from functools import partial
 
 import pytest
 import torch
@@ -162,6 +163,16 @@ def test_the_retained_records_nll_at_their_positions_is_the_full_nll_masked():
     assert float(grad[~mask].abs().sum()) == 0.0 and float(grad[mask].abs().sum()) > 0
 
 
+def _with_actual(rest: torch.Tensor, actual: torch.Tensor, p_actual: float) -> torch.Tensor:
+    """Log-probabilities `rest` rescaled so that each row's `actual` token has `p_actual`."""
+    rows = torch.arange(len(actual))
+    probs = rest.clone()
+    probs[rows, actual] = 0.0
+    probs = probs / probs.sum(-1, keepdim=True) * (1 - p_actual)
+    probs[rows, actual] = p_actual
+    return probs.log()
+
+
 @pytest.mark.parametrize("vocab,topk", [(5000, 8), (64, None)])
 def test_the_token_term_pins_the_actual_tokens_log_probability_where_the_kl_barely_moves_it(vocab, topk):
     # The target gives the actual token 1e-4; the student gives it 0.1 and otherwise agrees.
@@ -170,12 +181,7 @@ def test_the_token_term_pins_the_actual_tokens_log_probability_where_the_kl_bare
     torch.manual_seed(1)
     rest = F.softmax(torch.randn(3, vocab), dim=-1)
     actual = torch.tensor([0, 1, 2])
-    def with_actual(p_actual):
-        probs = rest.clone()
-        probs[torch.arange(3), actual] = 0.0
-        probs = probs / probs.sum(-1, keepdim=True) * (1 - p_actual)
-        probs[torch.arange(3), actual] = p_actual
-        return probs.log()
+    with_actual = partial(_with_actual, rest, actual)
     target = compress(with_actual(1e-4), topk, actual[:, None])
     assert target.actual is not None and torch.allclose(target.actual, torch.full((3,), 1e-4).log(), atol=1e-4)
     student = with_actual(0.1)[None].requires_grad_(True)
@@ -205,12 +211,7 @@ def test_the_log_odds_gap_sees_the_mass_a_confident_token_leaves_to_the_others(v
     torch.manual_seed(2)
     rest = F.softmax(torch.randn(3, vocab), dim=-1)
     actual = torch.tensor([0, 1, 2])
-    def with_actual(p_actual):
-        probs = rest.clone()
-        probs[torch.arange(3), actual] = 0.0
-        probs = probs / probs.sum(-1, keepdim=True) * (1 - p_actual)
-        probs[torch.arange(3), actual] = p_actual
-        return probs.log()
+    with_actual = partial(_with_actual, rest, actual)
     target = compress(with_actual(0.9985), topk, actual[:, None])
     student = with_actual(0.99)[None].requires_grad_(True)
     mask = torch.ones(1, 3, dtype=torch.bool)
