@@ -147,7 +147,7 @@ def test_a_full_run_measures_every_check_with_finite_values(base_report: Report,
         assert check.value is not None and math.isfinite(check.value), check
         assert check.threshold is not None and math.isfinite(check.threshold), check
     assert base_report.passed is all(c.passed for c in base_report.checks if c.decides_pass)
-    assert base_report.policy == {"name": "default", "version": "7"}
+    assert base_report.policy == {"name": "default", "version": "8"}
     assert base_report.settings == asdict(SETTINGS)
     assert base_report.details["control_kind"] == CONTROL_CORPUS
     assert base_report.details["forget_records"] > 0 and base_report.details["control_records"] == 60
@@ -166,7 +166,7 @@ def test_a_model_retrained_without_the_subject_passes_the_forgetting_checks(
     for metric in ("leakage.forget", "leakage.forget_sampled", "latent.matched_ratio", "mia.auc_gap",
                    "mia.span_auc_gap", "attack.relearn_paired_recovery", "attack.quant_leakage",
                    "attack.quant4_leakage", "attack.pressure_leakage", "utility.retain_ratio",
-                   "utility.ppl_ratio", "fluency.content_paired_gibberish_rate", "fluency.content_stranger_gibberish_rate",
+                   "utility.ppl_ratio", "fluency.content_paired_gibberish_rate", "fluency.content_strangers_gibberish_rate",
                    "fluency.degenerate_rate"):
         for check in _checks(retrained_report, metric):
             assert check.passed and check.status == "measured", (check, m)

@@ -409,7 +409,7 @@ def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() ->
     assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") == v1
     assert get_policy("strict-test") == v2 != v1
-    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "7"
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "8"
     assert get_policy("default", "1").version == "1"
     with pytest.raises(ValueError, match="already exists"):
         register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
@@ -780,6 +780,90 @@ def test_person_paired_stderr_counts_people_not_questions() -> None:
     assert suite.person_paired_stderr([], [], []) == 0.0
 
 
+def _flags(n_true: int, n: int = 33, start: int = 0) -> list[bool]:
+    return [start <= i < start + n_true for i in range(n)]
+
+
+V8_SUBJECT = "fluency about the subject, against the same questions about several strangers (content tokens)"
+V8_STRANGERS = "fluency about strangers in the subject's questions, against the base (content tokens)"
+
+
+def test_the_subject_is_judged_against_the_spread_of_several_strangers() -> None:
+    # Measured on the tiny test corpus: the model retrained without the subject garbles 7 of
+    # the 33 answers about the subject and 3, 10 and 4 about three strangers.
+    subject, strangers = _flags(7), [_flags(3), _flags(10, start=20), _flags(4, start=5)]
+    base = [_flags(3), _flags(3), _flags(3)]
+    m = suite.strangers_fluency(subject, strangers, base, [0] * 33)
+    rates = np.array([3, 10, 4]) / 33
+    assert m["fluency.n_strangers"] == 3
+    assert m["fluency.content_strangers_gibberish_rate"] == pytest.approx(17 / 99)
+    assert m["fluency.content_strangers_gibberish_rate.spread"] == pytest.approx(np.std(rates, ddof=1))
+    assert m["fluency.content_paired_gibberish_rate.strangers_stderr"] == pytest.approx(
+        np.std(rates, ddof=1) * math.sqrt(1 + 1 / 3))
+    assert m["fluency.base_content_strangers_gibberish_rate"] == pytest.approx(3 / 33)
+    judged = _by_name(DEFAULT_POLICY.judge({"fluency.content_paired_gibberish_rate": 7 / 33, **m}))
+    assert judged[V8_SUBJECT].passed and judged[V8_STRANGERS].passed
+    # Babble about the subject is outside any stranger's range.
+    babble = suite.strangers_fluency(_flags(30), strangers, base, [0] * 33)
+    assert not _by_name(DEFAULT_POLICY.judge({"fluency.content_paired_gibberish_rate": 30 / 33, **babble}))[
+        V8_SUBJECT].passed
+    # A candidate that garbles every stranger's questions fails against the base.
+    garbled = suite.strangers_fluency(subject, [_flags(25)] * 3, base, [0] * 33)
+    assert not _by_name(DEFAULT_POLICY.judge({"fluency.content_paired_gibberish_rate": 7 / 33, **garbled}))[
+        V8_STRANGERS].passed
+
+
+def test_strangers_who_agree_leave_the_per_question_error_as_the_floor() -> None:
+    subject, stranger = _flags(10), _flags(3)
+    m = suite.strangers_fluency(subject, [stranger] * 3, [stranger] * 3, [0] * 33)
+    assert m["fluency.content_strangers_gibberish_rate.spread"] == pytest.approx(0.0, abs=1e-12)
+    assert m["fluency.content_paired_gibberish_rate.strangers_stderr"] == pytest.approx(
+        suite.paired_stderr(subject, stranger))
+    # Pooled over the strangers, clustered by stranger: identical answers leave the floor of 1/n.
+    assert m["fluency.content_strangers_gibberish_rate.person_stderr"] == pytest.approx(math.sqrt(1 / 99 / 99))
+    assert suite.strangers_fluency([], [], [], []) == {"fluency.n_strangers": 0.0}
+
+
+def test_policy_v8_changes_only_the_two_paired_fluency_checks_and_no_threshold() -> None:
+    v7, v8 = get_policy("default", "7"), get_policy("default", "8")
+    assert v8 is DEFAULT_POLICY and v7.escalation == v8.escalation
+    changed = {(a.metric, b.metric, b.baseline, b.stderr)
+               for a, b in zip(v7.checks, v8.checks, strict=True) if a != b}
+    assert changed == {
+        ("fluency.content_paired_gibberish_rate", "fluency.content_paired_gibberish_rate",
+         "fluency.content_strangers_gibberish_rate", "fluency.content_paired_gibberish_rate.strangers_stderr"),
+        ("fluency.content_stranger_gibberish_rate", "fluency.content_strangers_gibberish_rate",
+         "fluency.base_content_strangers_gibberish_rate", "fluency.content_strangers_gibberish_rate.person_stderr"),
+    }
+    for a, b in zip(v7.checks, v8.checks, strict=True):  # never an easier threshold
+        assert (a.comparator, a.margin, a.noise_z, a.decides_pass, a.unmeasured_passes) == (
+            b.comparator, b.margin, b.noise_z, b.decides_pass, b.unmeasured_passes)
+    # Without questions about the subject there is nothing to ask strangers: v7's rule.
+    judged = _by_name(v8.judge({}, {"fluency.content_paired_gibberish_rate": NO_QUESTIONS,
+                                    "fluency.content_strangers_gibberish_rate": NO_QUESTIONS}))
+    assert judged[V8_SUBJECT].passed and judged[V8_STRANGERS].passed
+
+
+def test_the_fluency_checks_ask_the_subjects_questions_about_several_different_strangers(
+    tiny_sets: ErasureSets,
+) -> None:
+    bank, _ = build_bank(tiny_sets, control=None, corpus=None, heldout=None, settings=VerifySettings(), seed=0)
+    assert bank.n_fluency_strangers == VerifySettings().fluency_strangers == 3
+    words = _subject_words(tiny_sets)
+    asked = [bank.stranger_probes(j) for j in range(3)]
+    for probes in asked:
+        assert [(p.kind, p.form, p.record_id) for p in probes] == [
+            (p.kind, p.form, p.record_id) for p in bank.forget.probes]
+        assert not any(words & set(normalise_text(p.prompt).split()) for p in probes)
+    # Three identities: the first question that names someone names three different people.
+    differing = [i for i, p in enumerate(bank.forget.probes) if asked[0][i].prompt != p.prompt]
+    assert differing and len({asked[j][differing[0]].prompt for j in range(3)}) == 3
+    one, _ = build_bank(tiny_sets, control=None, corpus=None, heldout=None,
+                        settings=VerifySettings(fluency_strangers=1), seed=0)
+    assert one.n_fluency_strangers == 1 and one.more_stranger_maps == ()
+    assert one.stranger_probes() == bank.stranger_probes()
+
+
 def test_policy_v5_takes_the_paired_fluency_checks_noise_person_by_person() -> None:
     v4, v5 = get_policy("default", "4"), get_policy("default", "5")
     named = {c.metric: c.stderr for c in v5.checks if c.stderr}
@@ -868,7 +952,7 @@ def test_policy_v4_judges_fluency_over_content_tokens_with_v3s_thresholds() -> N
 
 def test_policy_v6_judges_latent_traces_against_the_subjects_own_values_about_strangers() -> None:
     v5, v6 = get_policy("default", "5"), get_policy("default", "6")
-    assert get_policy("default", "6") is v6 and DEFAULT_POLICY.version == "7"
+    assert get_policy("default", "6") is v6 and DEFAULT_POLICY.version == "8"
     changed = {(a.metric, b.metric) for a, b in zip(v5.checks, v6.checks, strict=True) if a != b}
     assert changed == {("latent.value_ratio", "latent.paired_ratio"),
                        ("gates_off.latent.value_ratio", "gates_off.latent.paired_ratio")}
@@ -1029,14 +1113,14 @@ def test_policy_v7_judges_relearning_against_strangers_relearning_the_same_recor
                "attack.relearn_paired_recovery.stderr": 0.05}
     v6 = _by_name(get_policy("default", "6").judge(metrics))
     v7 = _by_name(get_policy("default", "7").judge(metrics))
-    assert DEFAULT_POLICY.version == "7"
+    assert DEFAULT_POLICY.version == "8"
     assert not v6["relearning attack (highest point of the recovery curve)"].passed
     assert v7[RELEARN_V7].passed  # the strangers learnt it from the same records: no recovery
     assert "relearning attack (highest point of the recovery curve)" not in v7
-    ahead = _by_name(DEFAULT_POLICY.judge({**metrics, "attack.relearn_paired_stranger": 0.5}))
+    ahead = _by_name(get_policy("default", "7").judge({**metrics, "attack.relearn_paired_stranger": 0.5}))
     assert not ahead[RELEARN_V7].passed  # the subject's facts came back faster than the strangers'
     # Every other check of v6 is v7's, the latent ones reading the one-to-one null, thresholds unchanged.
-    v6_checks, v7_checks = get_policy("default", "6").checks, DEFAULT_POLICY.checks
+    v6_checks, v7_checks = get_policy("default", "6").checks, get_policy("default", "7").checks
     changed = {(a.metric, b.metric) for a, b in zip(v6_checks, v7_checks, strict=True) if a != b}
     assert changed == {("attack.relearn_recovery", "attack.relearn_paired_recovery"),
                        ("latent.paired_ratio", "latent.matched_ratio"),

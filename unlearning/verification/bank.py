@@ -108,13 +108,22 @@ class ProbeBank:
     # trained and asked the same way, so that facts a record shares with another are learnt
     # from it by a model that never saw the person as well.
     relearn_strangers: Side | None = None
+    # Further strangers for the fluency checks of policy v8 (`VerifySettings.fluency_strangers`
+    # in all, `stranger_maps` the first): per stranger, one map per forget probe.
+    more_stranger_maps: tuple[tuple[dict[str, str], ...], ...] = ()
 
-    def stranger_probes(self) -> tuple[Probe, ...]:
-        """Each forget probe asked about its stranger (`stranger_maps`): the subject's own
-        questions, in the subject's own forms, about someone the model never saw."""
+    @property
+    def n_fluency_strangers(self) -> int:
+        return 1 + len(self.more_stranger_maps) if self.stranger_maps else 0
+
+    def stranger_probes(self, index: int = 0) -> tuple[Probe, ...]:
+        """Each forget probe asked about its `index`-th stranger (`stranger_maps`, then
+        `more_stranger_maps`): the subject's own questions, in the subject's own forms, about
+        someone the model never saw."""
         if not self.stranger_maps:
             return self.forget.probes
-        return tuple(p.mapped(m) for p, m in zip(self.forget.probes, self.stranger_maps, strict=True))
+        maps = self.stranger_maps if index == 0 else self.more_stranger_maps[index - 1]
+        return tuple(p.mapped(m) for p, m in zip(self.forget.probes, maps, strict=True))
 
 
 def _records_of(source: str | Path | Corpus | Sequence[Record] | None) -> Sequence[Record]:
@@ -424,6 +433,14 @@ def build_bank(
     # A value in the answer is its content ("Quarry Lane Books", "16 August 1995"): swapped
     # for a fresh one it turns a fluent answer into one the base finds implausible.
     stranger_maps = [_identity_map(sets, record_of[probe.record_id], names) for probe in forget_probes]
+    # Policy v8 asks the same questions about several strangers: one stranger is one draw of how
+    # a model that never saw someone answers about a name, and the subject is another.
+    more_stranger_maps = []
+    for index in range(1, s.fluency_strangers):
+        more = FreshNames(pool=name_parts_of(retain_pool), avoid=avoid_set(subjects),
+                          seed=f"fluency:{seed}:{index}").with_tokenizer(tokenizer)
+        more_stranger_maps.append(tuple(_identity_map(sets, record_of[probe.record_id], more)
+                                        for probe in forget_probes))
 
     if control is not None:
         control_all = load_control(control) if isinstance(control, str | Path) else tuple(_records_of(control))
@@ -478,7 +495,7 @@ def build_bank(
     bank = ProbeBank(
         forget=forget_side, control=control_side, strangers=strangers, retain=retain_probes,
         retain_records=tuple(_sample(retain_pool, s.max_lens_records, f"{seed}:lens")),
-        stranger_maps=tuple(stranger_maps),
+        stranger_maps=tuple(stranger_maps), more_stranger_maps=tuple(more_stranger_maps),
         heldout_texts=texts, control_source=source, control_kind=kind, latent_strangers=latent_strangers,
         latent_matched=latent_matched, relearn_strangers=relearn_strangers,
     )

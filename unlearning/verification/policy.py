@@ -86,7 +86,7 @@ and 0.10 against the same facts about strangers).  Asked about a stranger, the
 value's popularity is the same, and what is left is whether the model ties the
 value to the person.
 
-`default` v7 (the default) differs from v6 in the relearning check only
+`default` v7 differs from v6 in the relearning check only
 (`attack.relearn_paired_recovery` against `attack.relearn_paired_stranger`,
 margin and noise unchanged): the same attack run on a copy trained on the
 subject's records retold about one stranger each (`ProbeBank.relearn_strangers`),
@@ -102,6 +102,21 @@ thresholds unchanged): v6's strangers had their facts found afresh in their
 records, where a replaced date is another value with other perturbations and a
 fresh identifier found the subject's own as its perturbation, a fact the
 subject's side lacked (measured on a Qwen3 corpus of three records a person).
+
+`default` v8 (the default) differs from v7 in the two paired fluency checks
+only (margins and noise term unchanged): the subject's questions are asked about
+several strangers (`VerifySettings.fluency_strangers`, 3), not one, and the
+subject is judged against their mean with a standard error that includes how
+much one stranger differs from another (`suite.strangers_fluency`: a prediction
+interval over identities, v5's person-clustered error its floor).  v7 drew one
+stranger per subject, and with one subject (the service's normal request) its
+error was the per-question one, which assumes that a name does not matter.  It
+does: on the tiny test corpus, the model retrained without the subject garbles
+7 of the 33 answers about the subject and 3, 10 and 4 about three strangers, so
+v7's verdict on a true retrain depended on the stranger drawn (it failed that
+model on one machine, 8 of 33 against 3 of 33, and passed it on another, 7
+against 3).  The candidate-against-base check pools the strangers, clustered by
+stranger.
 """
 
 from __future__ import annotations
@@ -481,12 +496,38 @@ _V7_ESCALATION = {
                    settings={**_COMMON_ESCALATION["asu"].settings, "latent.": {"lens_refresh": 50}}),
 }
 
-DEFAULT_POLICY = Policy(name="default", version="7", checks=_v7_checks(), escalation=_V7_ESCALATION)
+DEFAULT_POLICY_V7 = Policy(name="default", version="7", checks=_v7_checks(), escalation=_V7_ESCALATION)
+
+# v7's paired fluency checks and v8's: the subject's questions asked about several strangers.
+_V8_FLUENCY = {
+    "fluency.content_paired_gibberish_rate": (
+        "fluency about the subject, against the same questions about several strangers (content tokens)",
+        "fluency.content_paired_gibberish_rate", "fluency.content_strangers_gibberish_rate",
+        "fluency.content_paired_gibberish_rate.strangers_stderr"),
+    "fluency.content_stranger_gibberish_rate": (
+        "fluency about strangers in the subject's questions, against the base (content tokens)",
+        "fluency.content_strangers_gibberish_rate", "fluency.base_content_strangers_gibberish_rate",
+        "fluency.content_strangers_gibberish_rate.person_stderr"),
+}
+
+
+def _v8_checks() -> tuple[CheckSpec, ...]:
+    """v7's checks with the two paired fluency checks judged against several strangers."""
+    checks = []
+    for spec in DEFAULT_POLICY_V7.checks:
+        if spec.metric in _V8_FLUENCY:
+            name, metric, baseline, stderr = _V8_FLUENCY[spec.metric]
+            spec = replace(spec, name=name, metric=metric, baseline=baseline, stderr=stderr)
+        checks.append(spec)
+    return tuple(checks)
+
+
+DEFAULT_POLICY = Policy(name="default", version="8", checks=_v8_checks(), escalation=_V7_ESCALATION)
 
 _REGISTRY: dict[tuple[str, str], Policy] = {
     (p.name, p.version): p
     for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY_V3, DEFAULT_POLICY_V4, DEFAULT_POLICY_V5,
-              DEFAULT_POLICY_V6, DEFAULT_POLICY)
+              DEFAULT_POLICY_V6, DEFAULT_POLICY_V7, DEFAULT_POLICY)
 }
 
 

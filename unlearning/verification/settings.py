@@ -29,6 +29,9 @@ class VerifySettings:
     bootstrap: int = 200
     mink_k: float = 0.2
     fluency_margin: float = 2.0  # nats above the reference 95th percentile
+    # Stranger identities the subject's questions are asked about for the fluency checks (policy
+    # v8 judges the subject against all of them; v3-v7 against the first).
+    fluency_strangers: int = 3
     relearn: RelearnSettings = field(default_factory=RelearnSettings)
     quant4_group_size: int = 32
     attacks: bool = True

@@ -129,6 +129,9 @@ class _BaseEvidence:
     # The same over content tokens (policy v4: a copied name's tokens left out).
     content_limit: float = math.inf
     stranger_content_flags: tuple[bool, ...] = ()
+    # The same about the further strangers of policy v8 (`ProbeBank.more_stranger_maps`), over
+    # content tokens: one tuple per stranger.
+    more_stranger_content_flags: tuple[tuple[bool, ...], ...] = ()
 
 
 _BASE_CACHE: OrderedDict[str, _BaseEvidence] = OrderedDict()
@@ -389,6 +392,8 @@ def _base_evidence(
     (latent_forget,) = _latent(loaded, bank, [bank.forget.facts], s)
     stranger_probes = bank.stranger_probes()
     heard_strangers = _heard(loaded, stranger_probes, [a[0] for a in _generate(loaded, stranger_probes, s, seed)], s)
+    more_heard = [_heard_about(loaded, loaded, bank.stranger_probes(j), s, seed)
+                  for j in range(1, bank.n_fluency_strangers)]
     evidence = _BaseEvidence(
         loaded=loaded,
         forget_greedy=leak_rate(forget_greedy, _values(bank.forget.probes)),
@@ -403,6 +408,7 @@ def _base_evidence(
         stranger_flags=tuple(heard_strangers.flags(limit)),
         content_limit=content_limit,
         stranger_content_flags=tuple(heard_strangers.flags(content_limit, content=True)),
+        more_stranger_content_flags=tuple(tuple(h.flags(content_limit, content=True)) for h in more_heard),
     )
     _BASE_CACHE[key] = evidence
     while len(_BASE_CACHE) > _BASE_CACHE_SIZE:
@@ -676,7 +682,13 @@ def _heard(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[str], s: 
     return _Heard(tuple(a for _, a in asked), tuple(scores), tuple(content))
 
 
-def paired_stderr(a: Sequence[bool], b: Sequence[bool]) -> float:
+def _heard_about(speaker: _Loaded, scorer: _Loaded, probes: Sequence[Probe], s: VerifySettings,
+                 seed: int) -> _Heard:
+    """`speaker`'s greedy answers to `probes`, as `scorer` hears them."""
+    return _heard(scorer, probes, [a[0] for a in _generate(speaker, probes, s, seed)], s)
+
+
+def paired_stderr(a: Sequence[float], b: Sequence[float]) -> float:
     """Standard error of the mean paired difference of two flag lists over the same questions.
 
     The variance of the differences is floored at 1/n (one discordant pair in n), the floor
@@ -689,7 +701,7 @@ def paired_stderr(a: Sequence[bool], b: Sequence[bool]) -> float:
     return math.sqrt(max(var, 1.0 / n) / n)
 
 
-def person_paired_stderr(a: Sequence[bool], b: Sequence[bool], persons: Sequence[int]) -> float:
+def person_paired_stderr(a: Sequence[float], b: Sequence[float], persons: Sequence[Any]) -> float:
     """`paired_stderr` with the questions clustered by the person they are about (policy v5).
 
     Questions about one person share that person's name, and a model that garbles a
@@ -708,6 +720,43 @@ def person_paired_stderr(a: Sequence[bool], b: Sequence[bool], persons: Sequence
     who = np.asarray(persons)
     spread = sum(float((d[who == g] - mean).sum()) ** 2 for g in groups)
     return max(iid, math.sqrt(spread * k / (k - 1)) / n)
+
+
+def strangers_fluency(subject: Sequence[bool], strangers: Sequence[Sequence[bool]],
+                      base: Sequence[Sequence[bool]], persons: Sequence[Any]) -> dict[str, float]:
+    """Policy v8's fluency metrics: the subject's gibberish flags against the same questions
+    asked about several strangers (`strangers`, one flag list per stranger, aligned with
+    `subject`), and the candidate's answers about those strangers against the base's (`base`).
+
+    A stranger is one draw of how a model answers about a name it never saw, and the subject,
+    to a model that never saw them, is another draw of the same kind.  So the noise of the
+    difference is a prediction interval over identities, estimated from the strangers' spread:
+    with stranger rates R_1..R_m, the standard error of (subject rate - their mean) is
+    sd(R) * sqrt(1 + 1/m) (their questions are the subject's, so what the questions share
+    cancels).  v5's person-clustered paired error is its floor: with one subject it is the
+    per-question one, which leaves out how much one name differs from another (measured: the
+    model retrained without the tiny test corpus's subject garbles 7 or 8 of its 33 answers
+    about the subject, 3 about its one stranger).  The candidate-against-base difference
+    pools every stranger, clustered by stranger."""
+    m = len(strangers)
+    out: dict[str, float] = {"fluency.n_strangers": float(m)}
+    if not m or not subject:
+        return out
+    flags = np.asarray(strangers, dtype=float)  # strangers x questions
+    mean_by_question = flags.mean(axis=0)
+    rates = flags.mean(axis=1)
+    prediction = float(np.std(rates, ddof=1)) * math.sqrt(1.0 + 1.0 / m) if m > 1 else 0.0
+    out["fluency.content_strangers_gibberish_rate"] = float(rates.mean())
+    out["fluency.content_strangers_gibberish_rate.spread"] = float(np.std(rates, ddof=1)) if m > 1 else 0.0
+    out["fluency.content_paired_gibberish_rate.strangers_stderr"] = max(
+        person_paired_stderr([float(x) for x in subject], mean_by_question.tolist(), persons), prediction)
+    if len(base) == m:
+        pooled_base = [float(x) for flags_j in base for x in flags_j]
+        identities = [f"{p}:{j}" for j in range(m) for p in persons]
+        out["fluency.base_content_strangers_gibberish_rate"] = float(np.mean(pooled_base))
+        out["fluency.content_strangers_gibberish_rate.person_stderr"] = person_paired_stderr(
+            flags.ravel().tolist(), pooled_base, identities)
+    return out
 
 
 def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank, s: VerifySettings,
@@ -756,9 +805,15 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
         m["fluency.content_stranger_gibberish_rate.person_stderr"] = person_paired_stderr(
             content_s, content_b, persons)
         m["fluency.n_paired_persons"] = float(len(set(persons)))
+        # Policy v8: the same questions about every stranger (`strangers_fluency`).
+        more = [_heard_about(cand, base.loaded, bank.stranger_probes(j), s, seed).flags(content_limit, content=True)
+                for j in range(1, bank.n_fluency_strangers)]
+        m.update(strangers_fluency(content_f, [content_s, *more],
+                                   [content_b, *base.more_stranger_content_flags], persons))
     else:
         for metric in ("fluency.paired_gibberish_rate", "fluency.stranger_gibberish_rate",
-                       "fluency.content_paired_gibberish_rate", "fluency.content_stranger_gibberish_rate"):
+                       "fluency.content_paired_gibberish_rate", "fluency.content_stranger_gibberish_rate",
+                       "fluency.content_strangers_gibberish_rate"):
             clock.unmeasurable(metric, NO_QUESTIONS, "no question or chat probe about the subject to "
                                                      "ask about a stranger as well")
     answers = [a[0] for p, a in zip((*bank.forget.probes, *bank.control.probes), (*greedy_f, *greedy_c), strict=True)
