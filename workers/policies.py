@@ -1,6 +1,6 @@
 """Which threshold policy judges a deployment's verifications.
 
-The engine ships `default` v7 (docs/verification.md).  A deployment may name another, versioned policy
+The engine ships `default` v8 (docs/verification.md).  A deployment may name another, versioned policy
 in a JSON file (VERIFICATION_POLICY_FILE); it is registered in the worker
 process under its own name and version, and every stored result and every
 certificate names the policy that judged it, so a reader always knows which
