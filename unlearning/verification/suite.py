@@ -391,7 +391,7 @@ def _base_evidence(
     own_forget = [a[0] for p, a in zip(bank.forget.probes, forget_greedy, strict=True) if p.form in ANSWERING_FORMS]
     (latent_forget,) = _latent(loaded, bank, [bank.forget.facts], s)
     stranger_probes = bank.stranger_probes()
-    heard_strangers = _heard(loaded, stranger_probes, [a[0] for a in _generate(loaded, stranger_probes, s, seed)], s)
+    heard_strangers = _heard_about(loaded, loaded, stranger_probes, s, seed)
     more_heard = [_heard_about(loaded, loaded, bank.stranger_probes(j), s, seed)
                   for j in range(1, bank.n_fluency_strangers)]
     evidence = _BaseEvidence(
@@ -777,8 +777,7 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
     # The same questions about the subject's strangers (policy v3): the subject's answers
     # against the candidate's own answers about a stranger, question by question, and those
     # against the base's answers about the same stranger.
-    greedy_s = _generate(cand, stranger_probes, s, seed)
-    heard_s = _heard(base.loaded, stranger_probes, [a[0] for a in greedy_s], s)
+    heard_s = _heard_about(cand, base.loaded, stranger_probes, s, seed)
     flags_s = heard_s.flags(limit)
     flags_b = list(base.stranger_flags)
     # Policy v4: the same judged over content tokens, a copied name's tokens left out.
