@@ -425,22 +425,20 @@ def build_bank(
                      for r in forget_records]
     forget_spans = tuple(tuple(sp.text for sp in find_spans(r, subj)) for r, subj, _ in forget_groups)
 
-    names = FreshNames(pool=name_parts_of(retain_pool), avoid=avoid_set(subjects),
-                       seed=f"fluency:{seed}").with_tokenizer(tokenizer)
     record_of = {r.id: r for r in forget_records}
     # The fluency check scores an answer about the subject as the same answer about a
     # stranger: only who it is about changes (names, e-mail addresses, given identifiers).
     # A value in the answer is its content ("Quarry Lane Books", "16 August 1995"): swapped
-    # for a fresh one it turns a fluent answer into one the base finds implausible.
-    stranger_maps = [_identity_map(sets, record_of[probe.record_id], names) for probe in forget_probes]
-    # Policy v8 asks the same questions about several strangers: one stranger is one draw of how
-    # a model that never saw someone answers about a name, and the subject is another.
-    more_stranger_maps = []
-    for index in range(1, s.fluency_strangers):
-        more = FreshNames(pool=name_parts_of(retain_pool), avoid=avoid_set(subjects),
-                          seed=f"fluency:{seed}:{index}").with_tokenizer(tokenizer)
-        more_stranger_maps.append(tuple(_identity_map(sets, record_of[probe.record_id], more)
-                                        for probe in forget_probes))
+    # for a fresh one it turns a fluent answer into one the base finds implausible.  Policy v8
+    # asks the same questions about several strangers: one stranger is one draw of how a model
+    # that never saw someone answers about a name, and the subject is another.
+    name_parts = name_parts_of(retain_pool)
+    fluency_maps = []
+    for index in range(max(1, s.fluency_strangers)):
+        names = FreshNames(pool=name_parts, avoid=avoid_set(subjects),
+                           seed=f"fluency:{seed}" + (f":{index}" if index else "")).with_tokenizer(tokenizer)
+        fluency_maps.append(tuple(_identity_map(sets, record_of[probe.record_id], names) for probe in forget_probes))
+    stranger_maps, *more_stranger_maps = fluency_maps
 
     if control is not None:
         control_all = load_control(control) if isinstance(control, str | Path) else tuple(_records_of(control))

@@ -390,10 +390,7 @@ def _base_evidence(
     forget_greedy = _generate(loaded, bank.forget.probes, s, seed)
     own_forget = [a[0] for p, a in zip(bank.forget.probes, forget_greedy, strict=True) if p.form in ANSWERING_FORMS]
     (latent_forget,) = _latent(loaded, bank, [bank.forget.facts], s)
-    stranger_probes = bank.stranger_probes()
-    heard_strangers = _heard_about(loaded, loaded, stranger_probes, s, seed)
-    more_heard = [_heard_about(loaded, loaded, bank.stranger_probes(j), s, seed)
-                  for j in range(1, bank.n_fluency_strangers)]
+    heard_strangers, *more_heard = _heard_about_strangers(loaded, loaded, bank, s, seed)
     evidence = _BaseEvidence(
         loaded=loaded,
         forget_greedy=leak_rate(forget_greedy, _values(bank.forget.probes)),
@@ -688,6 +685,14 @@ def _heard_about(speaker: _Loaded, scorer: _Loaded, probes: Sequence[Probe], s: 
     return _heard(scorer, probes, [a[0] for a in _generate(speaker, probes, s, seed)], s)
 
 
+def _heard_about_strangers(speaker: _Loaded, scorer: _Loaded, bank: ProbeBank, s: VerifySettings,
+                           seed: int) -> list[_Heard]:
+    """`_heard_about` the subject's questions asked about each fluency stranger in turn
+    (`ProbeBank.stranger_probes`; one entry, the forget probes themselves, without strangers)."""
+    return [_heard_about(speaker, scorer, bank.stranger_probes(j), s, seed)
+            for j in range(max(1, bank.n_fluency_strangers))]
+
+
 def paired_stderr(a: Sequence[float], b: Sequence[float]) -> float:
     """Standard error of the mean paired difference of two flag lists over the same questions.
 
@@ -777,7 +782,7 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
     # The same questions about the subject's strangers (policy v3): the subject's answers
     # against the candidate's own answers about a stranger, question by question, and those
     # against the base's answers about the same stranger.
-    heard_s = _heard_about(cand, base.loaded, stranger_probes, s, seed)
+    heard_s, *more_heard = _heard_about_strangers(cand, base.loaded, bank, s, seed)
     flags_s = heard_s.flags(limit)
     flags_b = list(base.stranger_flags)
     # Policy v4: the same judged over content tokens, a copied name's tokens left out.
@@ -805,8 +810,7 @@ def _fluency_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
             content_s, content_b, persons)
         m["fluency.n_paired_persons"] = float(len(set(persons)))
         # Policy v8: the same questions about every stranger (`strangers_fluency`).
-        more = [_heard_about(cand, base.loaded, bank.stranger_probes(j), s, seed).flags(content_limit, content=True)
-                for j in range(1, bank.n_fluency_strangers)]
+        more = [h.flags(content_limit, content=True) for h in more_heard]
         m.update(strangers_fluency(content_f, [content_s, *more],
                                    [content_b, *base.more_stranger_content_flags], persons))
     else:
