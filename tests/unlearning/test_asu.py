@@ -382,12 +382,22 @@ def test_a_refreshed_lens_is_fitted_again_on_the_model_being_trained(tiny_corpus
         fitted.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
         return original_fit(model, *args, **kwargs)
 
+    original_readings = asu.lens_readings
+    read_by: dict[int, object] = {}  # id(readings) -> the lens that read them
+
+    def spy_readings(cached, lens):
+        out = original_readings(cached, lens)
+        read_by[id(out)] = lens
+        return out
+
     def spy_loss(hidden_states, cached, lens=None, readings=None):
         used.append(lens)
+        assert read_by[id(readings)] is lens  # the stranger's states read by the lens reading the student's
         return original_loss(hidden_states, cached, lens, readings)
 
     monkeypatch.setattr(asu, "fit_lens", spy_fit)
     monkeypatch.setattr(asu, "latent_loss", spy_loss)
+    monkeypatch.setattr(asu, "lens_readings", spy_readings)
     for refresh, fits in ((0, 1), (4, 3)):
         fitted.clear()
         used.clear()

@@ -59,3 +59,53 @@ def test_the_lens_loss_is_zero_at_the_strangers_states_and_only_the_student_lear
     assert all(p.grad is None and not p.requires_grad for p in lens.head.parameters())
     # The head the lens reads through is a copy: training the model's own head leaves it be.
     assert lens.head is not model.get_output_embeddings()
+
+
+def _per_layer_loss(hidden_states, cached, lens):
+    """The latent loss as first written: each layer read and averaged on its own."""
+    import torch.nn.functional as F
+
+    from unlearning.methods.targets import Dist, _kl_rows
+
+    rows, cols, teacher = cached
+    losses = []
+    for layer, translator in lens.layers.items():
+        stranger = teacher[:, layer - 1].float()
+        target = Dist(F.log_softmax(lens.head(torch.cat([stranger, stranger.new_ones(len(stranger), 1)], 1)
+                                              @ translator).float(), dim=-1))
+        state = hidden_states[layer][rows, cols].float()
+        logits = lens.head(torch.cat([state, state.new_ones(len(state), 1)], 1) @ translator).float()
+        losses.append(_kl_rows(target, logits)[0].mean())
+    return torch.stack(losses).mean()
+
+
+def test_all_layers_read_in_one_pass_give_the_per_layer_loss_and_gradient(tiny_corpus_dir):
+    from unlearning.methods.targets import lens_readings
+
+    model, tokenizer, examples = _model_and_examples(tiny_corpus_dir, layers=5)
+    lens = fit_lens(model, tokenizer, examples)
+    assert lens is not None and len(lens.layers) == 4
+    out = model(input_ids=torch.tensor([examples[0].ids, examples[1].ids[:len(examples[0].ids)]]),
+                output_hidden_states=True)
+    rows, cols = torch.tensor([0, 0, 1, 1, 1]), torch.tensor([1, 2, 0, 3, 4])
+    stranger = model(input_ids=torch.tensor([examples[2].ids[:len(examples[0].ids)]] * 2), output_hidden_states=True)
+    teacher = torch.stack([h[rows, cols] for h in stranger.hidden_states[1:]], dim=1).detach()
+    cached = (rows, cols, teacher)
+
+    torch.manual_seed(1)
+    noise = [3 * torch.randn_like(h) for h in out.hidden_states]  # the student far from the stranger
+
+    def grads(loss_of):
+        states = [(h + n).detach().requires_grad_(True) for h, n in zip(out.hidden_states, noise, strict=True)]
+        loss = loss_of(states)
+        loss.backward()
+        return float(loss), [s.grad for s in states]
+
+    ref, ref_grads = grads(lambda hs: _per_layer_loss(hs, cached, lens))
+    got, got_grads = grads(lambda hs: latent_loss(hs, cached, lens, lens_readings(cached, lens)))
+    assert ref > 1e-3
+    assert abs(got - ref) <= 1e-5 * ref
+    for a, b in zip(ref_grads, got_grads, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)

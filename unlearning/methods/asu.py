@@ -331,11 +331,14 @@ class ASU:
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain
 
         def refresh(step: int) -> None:
-            nonlocal forget_teacher, lens
+            nonlocal forget_teacher, lens, readings
             if lens is not None and hp.lens_refresh and step and not step % hp.lens_refresh:
                 trained.eval()
                 with torch.no_grad():
                     lens = fit_lens(trained, tokenizer, retain_examples) or lens
+                # The stranger's states read by the lens now in use, as the student's are.
+                readings = [lens_readings(states, lens) if states is not None else None
+                            for states in cached_states]
                 trained.train()
             if not hp.teacher_refresh or not step or step % hp.teacher_refresh:
                 return
