@@ -264,8 +264,15 @@ def test_needles_fold_only_the_non_ascii_lines_that_may_hold_a_token_and_find_th
     with_needles = _candidates(path, subjects, True, monkeypatch)
     folded_with_needles = len(folded)
     folded.clear()
-    assert with_needles == _candidates(path, subjects, False, monkeypatch)
+    # Without needles (a window lower-cased whole) the same restriction of the folding.
+    without_needles = _candidates(path, subjects, False, monkeypatch)
+    folded_without_needles = len(folded)
+    folded.clear()
+    monkeypatch.setattr(_Lines, "lines_folding_to", lambda self, alphabet: None)  # fold every non-ASCII line
+    every = _candidates(path, subjects, False, monkeypatch)
+    assert with_needles == without_needles == every
     assert folded_with_needles < len(folded), "the needles folded every non-ASCII line: the path was not taken"
+    assert folded_without_needles < len(folded), "every non-ASCII line was folded without needles"
     assert len(with_needles) > 20
 
 

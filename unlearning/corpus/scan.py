@@ -119,7 +119,10 @@ def _starts(automaton: Any, lowered: bytes) -> Iterator[int]:
 NEEDLES: bool | None = None
 NEEDLE_VARIANTS = 64  # the most patterns the crate's SIMD search (Teddy) takes: past it, 0.5 GB/s
 NEEDLE_LETTERS = 3  # letters of a needle at most: 2**3 case variants each
-NEEDLE_SPACING = 4096  # bytes per needle hit, at least, for the needles to pay (about 1.5 us a hit)
+# Bytes per needle hit, at least, for the needles to pay: a hit costs 1.5 us (Intel) to 4 us (AMD,
+# 2026-12-06), lower-casing and searching an 8 MB window 6 ms (Intel) to 30 ms (AMD, where
+# bytes.lower() ran at 420 MB/s): break-even near 2,700 and 1,200 bytes a hit.
+NEEDLE_SPACING = 2048
 _UNPLANNED = object()
 
 
@@ -303,9 +306,18 @@ class Prefilter:
         if use_needles and not self.every_non_ascii_line and self._alphabet is not None:
             return self._needle_lines(lines, starts or [], found)
         non_ascii = [k for k in lines.non_ascii() if k not in found]
+        unfolded: list[int] = []  # non-ASCII lines whose fold can hold a token only in their ASCII bytes
         if self.every_non_ascii_line:
             found.update(non_ascii)
         elif self.phrases:
+            # As `_needle_lines`: only the lines with a character that may fold to a token's
+            # letter or vanish are folded; in the others a token lies within the ASCII bytes,
+            # which the fold keeps as they are, so their lower-cased bytes tell.
+            folding = lines.lines_folding_to(self._alphabet) if self._alphabet is not None and non_ascii else None
+            if folding is not None and not use_needles:
+                chosen = set(folding)
+                unfolded = [k for k in non_ascii if k not in chosen]
+                non_ascii = [k for k in non_ascii if k in chosen]
             found.update(_lines_holding(self._folded, lines, non_ascii, folded=True))
         if use_needles:
             # Lines with a needle: the phrases where the line's bytes are its text up to
@@ -322,6 +334,7 @@ class Prefilter:
             found.update(lines.line_of(hits).tolist())
         if self.phrases:
             found.update(_lines_holding(self._tokens, lines, [k for k in risky if k not in found], lowered))
+            found.update(_lines_holding(self._tokens, lines, [k for k in unfolded if k not in found], lowered))
         return sorted(found)
 
     def _needle_lines(self, lines: _Lines, starts: Sequence[int], found: set[int]) -> list[int]:
