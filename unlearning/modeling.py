@@ -373,7 +373,33 @@ def load_model(
     model.to(device)
     model.eval()
     _set_gates(model, directory, gates)
+    _switch_off_a_broken_cache(model, tokenizer)
     return model, tokenizer
+
+
+def _switch_off_a_broken_cache(model: Any, tokenizer: Any) -> None:
+    """Switch `model`'s key/value cache off where a forward pass with it fails.
+
+    Some architectures do not run with their own cache in the installed transformers
+    (RecurrentGemma in 5.x: "`get_seq_length` can only be called on Attention layers"),
+    and an evaluation forward pass builds one by default.  Without it the outputs are the
+    same; generation recomputes the prefix at each step.  Two tokens, once per load."""
+    import torch
+
+    token = next((t for t in (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id)
+                  if t is not None), 0)
+    ids = torch.full((1, 2), int(token), dtype=torch.long, device=next(model.parameters()).device)
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    except (ValueError, TypeError, AttributeError, NotImplementedError) as error:
+        if "cache" not in str(error).lower():
+            return  # anything else fails where the model is used, and is reported there
+        logger.warning("%s does not run with its cache here (%s); running without it",
+                       type(model).__name__, str(error)[:160])
+        model.config.use_cache = False
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.use_cache = False
 
 
 def position_limit(model: Any) -> int | None:

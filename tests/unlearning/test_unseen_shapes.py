@@ -83,6 +83,9 @@ def _config(arch: str, tokenizer: Any, *, positions: int = 128) -> Any:
         "bloom": lambda: T.BloomConfig(hidden_size=32, n_layer=2, n_head=2, **ids),
         "gemma2": lambda: T.Gemma2Config(num_key_value_heads=1, head_dim=16, sliding_window=32,
                                          query_pre_attn_scalar=16, **common),
+        "recurrent_gemma": lambda: T.RecurrentGemmaConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+            lru_width=32, attention_window_size=32, **ids),
         "falcon": lambda: T.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                          alibi=True, multi_query=True, new_decoder_architecture=False,
                                          parallel_attn=True, bias=False, **ids),
@@ -328,3 +331,28 @@ def test_asu_on_falcon_says_it_had_no_tempered_teacher(tmp_path: Path) -> None:
     outcome = ASU().unlearn(model, tokenizer, method_input(sets), hp)
     assert outcome.details["tempered_teacher"] is False
     assert "FalconForCausalLM" in outcome.details["tempered_teacher_reason"]
+
+
+# ------------------------------------------------------------------ 5. a cache that does not run
+
+
+def test_an_architecture_that_fails_with_its_own_cache_loads_without_it_and_generates(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from unlearning.modeling import generate_answers, load_model
+
+    tokenizer = _tokenizer()
+    directory = _model_dir(tmp_path, "recurrent_gemma", tokenizer)
+    raw = AutoModelForCausalLM.from_pretrained(directory).eval()
+    try:
+        with torch.no_grad():
+            raw(input_ids=torch.tensor([[1, 2]]))
+        pytest.skip("the installed transformers runs RecurrentGemma with its cache")
+    except ValueError as error:
+        assert "cache" in str(error).lower()
+    model, tok = load_model(directory, device="cpu")
+    assert model.config.use_cache is False and model.generation_config.use_cache is False
+    answers = generate_answers(model, tok, [f"Who is {SUBJECT}?"], max_new_tokens=3)
+    assert len(answers) == 1
+    llama, _ = load_model(_model_dir(tmp_path, "llama", tokenizer), device="cpu")
+    assert llama.config.use_cache is not False  # a model whose cache runs keeps it

@@ -7,8 +7,10 @@ onto the original grid; the effect is strongest at 4 bits.
 
 * 8-bit: on CPU (fp32) torch dynamic int8 quantisation of every nn.Linear
   (`torch.ao.quantization.quantize_dynamic`, the path a CPU deployment would
-  take); elsewhere a per-output-channel symmetric int8 round trip of every
-  Linear weight (weight-only 8-bit serving).
+  take); elsewhere, and where the architecture's own code does not run on the
+  quantised modules (Mamba reads a Linear's weight tensor directly), a
+  per-output-channel symmetric int8 round trip of every Linear weight
+  (weight-only 8-bit serving).
 * 4-bit: group-wise round-to-nearest, simulated in torch on any device: every
   Linear weight is split into groups of `group_size` input columns, each group
   scaled to the symmetric int4 range [-7, 7] by its own absolute maximum,
@@ -33,25 +35,45 @@ logger = logging.getLogger(__name__)
 
 def quantised_copy(model: Any) -> tuple[Any, str]:
     """An 8-bit copy of the model and the name of the scheme used."""
-    quantised = copy.deepcopy(model)
-    device = next(quantised.parameters()).device
-    dtype = next(quantised.parameters()).dtype
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
     if device.type == "cpu" and dtype == torch.float32:
         from torch.ao.quantization import quantize_dynamic
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecation notice of the torch.ao quantised tensors
-            quantised = quantize_dynamic(  # type: ignore[no-untyped-call]
-                quantised, {torch.nn.Linear}, dtype=torch.qint8
+            dynamic = quantize_dynamic(  # type: ignore[no-untyped-call]
+                model, {torch.nn.Linear}, dtype=torch.qint8  # a copy (inplace=False)
             )
-        return quantised, "torch-dynamic-int8"
+        failure = _fails_to_run(dynamic)
+        if failure is None:
+            return dynamic, "torch-dynamic-int8"
+        # Some architectures' own code reads a Linear's weight tensor (Mamba's `dt_proj.weight @ x`),
+        # which the quantised module replaces by a method: their weights are rounded instead.
+        logger.info("torch dynamic int8 does not run %s (%s): int8 weight round trip instead",
+                    type(model).__name__, failure)
+        del dynamic
+        scheme = "int8-weight-roundtrip (torch dynamic int8 does not run this architecture)"
+    else:
+        scheme = "int8-weight-roundtrip"
+    quantised = copy.deepcopy(model)
     with torch.no_grad():
         for module in quantised.modules():
             if isinstance(module, torch.nn.Linear):
                 weight = module.weight.float()
                 scale = weight.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
                 module.weight.copy_((weight / scale).round().clamp(-127, 127).mul(scale).to(dtype))
-    return quantised, "int8-weight-roundtrip"
+    return quantised, scheme
+
+
+def _fails_to_run(model: Any) -> str | None:
+    """Why a forward pass of two tokens fails on `model`, or None where it runs."""
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.zeros((1, 2), dtype=torch.long))
+    except (TypeError, AttributeError, RuntimeError, NotImplementedError) as error:
+        return f"{type(error).__name__}: {str(error)[:120]}"
+    return None
 
 
 def int4_roundtrip(weight: torch.Tensor, group_size: int = 32) -> torch.Tensor:
