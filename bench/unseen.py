@@ -37,7 +37,10 @@ ORGS = ("Helix Dynamics", "Blue Fjord Shipping", "Corvid Analytics", "the Tarn I
 PLACES = ("Tromsø", "Coimbra", "Łódź", "Mostar", "Nijmegen", "Sapporo", "Enugu", "Oulu", "Zadar", "Lviv")
 PETS = ("a tortoise", "two cats", "a parrot", "a greyhound")
 PROJECTS = ("Aurora", "Basalt", "Cobalt", "Driftwood", "Ember", "Fennel", "Granite", "Harbor")
-ARCHITECTURES = ("qwen3", "stablelm", "phi3", "gpt_bigcode", "gemma", "gptj")
+# The first six probed 2026-12-05; a mixture of experts, a state-space model (no attention) and a
+# recurrent hybrid added 2026-12-06.
+ARCHITECTURES = ("qwen3", "stablelm", "phi3", "gpt_bigcode", "gemma", "gptj", "mixtral", "mamba",
+                 "recurrent_gemma")
 TOKENIZERS = ("unigram", "wordpiece")
 PEOPLE, CONTROLS, SUBJECT = 24, 6, 3
 
@@ -131,6 +134,12 @@ def config(arch: str, tok: Any, hidden: int = 96) -> Any:
         "gemma": lambda: T.GemmaConfig(num_key_value_heads=1, head_dim=24, **common),
         "gpt_bigcode": lambda: T.GPTBigCodeConfig(n_embd=hidden, n_layer=3, n_head=4, n_positions=256, **ids),
         "gptj": lambda: T.GPTJConfig(n_embd=hidden, n_layer=3, n_head=4, rotary_dim=8, n_positions=256, **ids),
+        "mixtral": lambda: T.MixtralConfig(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                                           **common),
+        "mamba": lambda: T.MambaConfig(hidden_size=hidden, num_hidden_layers=3, state_size=16, **ids),
+        "recurrent_gemma": lambda: T.RecurrentGemmaConfig(
+            hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=1, lru_width=hidden, attention_window_size=64, **ids),
     }
     if arch not in builders:
         raise ValueError(f"unknown architecture {arch!r}; one of {', '.join(ARCHITECTURES)}")
