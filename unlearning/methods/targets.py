@@ -911,39 +911,38 @@ def batch_states(batch: Batch, targets: Sequence[RecordTarget]) -> tuple[torch.T
 
 def latent_loss(hidden_states: Sequence[torch.Tensor], cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
                 lens: Lens | None = None,
-                readings: Dist | None = None) -> torch.Tensor:
+                readings: dict[int, Dist] | None = None) -> torch.Tensor:
     """How far the student's residual states at the subject's positions are from the stranger's.
 
     Without a lens: the mean relative squared distance of the states, every layer.  With one:
     the forward KL, at every intermediate layer the lens reads, from the next-token
     distribution the lens reads off the stranger's state to the one it reads off the
-    student's (`Lens`), averaged over layers and positions.  `readings` are
-    `lens_readings(cached, lens)`, for a caller that asks about the same cached states at
-    many steps (they never change).
+    student's (`Lens`).  `readings` are `lens_readings(cached, lens)`, for a caller that
+    asks about the same cached states at many steps (they never change).
     """
     rows, cols, teacher = cached
     if lens is None:
         student = torch.stack([h[rows, cols].float() for h in hidden_states[1:]], dim=1)
         error = (student - teacher).square().sum(-1) / teacher.square().sum(-1).clamp_min(1e-6)
         return error.mean()
-    if not lens.layers:
-        return teacher.new_zeros(())
     readings = readings if readings is not None else lens_readings(cached, lens)
-    states = torch.stack([hidden_states[layer][rows, cols] for layer in lens.layers])
-    # Every layer has the same positions, so the mean over all (layer, position) rows is the
-    # mean over layers of each layer's mean.
-    return _kl_rows(readings, lens.read_layers(states))[0].mean()
+    losses = []
+    for layer, translator in lens.layers.items():
+        logits = lens.read(hidden_states[layer][rows, cols].float(), translator)
+        losses.append(_kl_rows(readings[layer], logits)[0].mean())
+    return torch.stack(losses).mean() if losses else teacher.new_zeros(())
 
 
 @torch.no_grad()
-def lens_readings(cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor], lens: Lens) -> Dist:
-    """The next-token distributions the lens reads off the cached (stranger's) states, layer
-    after layer (`Lens.read_layers`'s rows): the latent loss's fixed side, its KL weights
-    computed here, once."""
+def lens_readings(cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                  lens: Lens) -> dict[int, Dist]:
+    """Per layer the lens reads, the next-token distribution it reads off the cached
+    (stranger's) states: the latent loss's fixed side (its KL weights computed here, once)."""
     teacher = cached[2]
-    states = torch.stack([teacher[:, layer - 1] for layer in lens.layers])
-    out = Dist(F.log_softmax(lens.read_layers(states), dim=-1))
-    out.weights()
+    out = {}
+    for layer, translator in lens.layers.items():
+        out[layer] = Dist(F.log_softmax(lens.read(teacher[:, layer - 1].float(), translator), dim=-1))
+        out[layer].weights()
     return out
 
 
@@ -963,24 +962,10 @@ class Lens:
     layers: dict[int, torch.Tensor]  # hidden_states index -> (hidden + 1, hidden) translator
     head: nn.Module  # a frozen copy of the model's output head
 
-    _stacked: torch.Tensor | None = field(default=None, repr=False, compare=False)
-
     def read(self, states: torch.Tensor, translator: torch.Tensor) -> torch.Tensor:
-        """Logits the lens reads off `states` (N, hidden) through one layer's `translator`."""
-        return self.read_layers(states[None], translator[None])
-
-    def read_layers(self, states: torch.Tensor, translators: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (L*N, V) the lens reads off `states` (L, N, hidden), the N states of each
-        of its L layers in `layers`' order: one batched affine map and one pass through the
-        head for all layers."""
-        if translators is None:
-            if self._stacked is None or self._stacked.device != states.device:
-                self._stacked = torch.stack(list(self.layers.values())).to(states.device, torch.float32)
-            translators = self._stacked
-        translators = translators.to(states.device, torch.float32)
-        translated = torch.baddbmm(translators[:, -1:], states.float(), translators[:, :-1])
         weight = next(self.head.parameters())
-        logits: torch.Tensor = self.head(translated.reshape(-1, translated.shape[-1]).to(dtype=weight.dtype))
+        translated = torch.cat([states, states.new_ones(len(states), 1)], dim=1) @ translator.to(states.device)
+        logits: torch.Tensor = self.head(translated.to(dtype=weight.dtype))
         return logits.float()
 
 
