@@ -121,9 +121,9 @@ def _textbook_kl(dist, logits, mask, next_ids=None, token_weight=0.0):
 
 @pytest.mark.parametrize("vocab,topk", [(5000, 16), (300, None)])
 def test_the_kl_is_the_textbook_kl_in_value_and_gradient(vocab, topk):
-    # The loss never builds the student's log-softmax (`kl_to_target`); it must still be the
-    # definition, with unnormalised logits, a target with tokens of probability zero, padding
-    # rows without a position, and the actual-token term.
+    # The loss (`kl_to_target`) is computed its own way (one fused log-softmax at the masked
+    # positions); it must still be the definition, with unnormalised logits, a target with
+    # tokens of probability zero, padding rows without a position, and the actual-token term.
     torch.manual_seed(3)
     mask = torch.rand(3, 7) < 0.6
     mask[2] = False

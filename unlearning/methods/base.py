@@ -138,8 +138,9 @@ def masked_nll(logits: torch.Tensor, batch: Batch, mask: torch.Tensor) -> torch.
 
 
 def answer_nll(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Plain fine-tuning loss on the learnt tokens (sequence mean, then batch mean)."""
-    return sequence_mean(token_nll(answer_logits(model, batch), batch), batch.loss_mask)
+    """Plain fine-tuning loss on the learnt tokens (sequence mean, then batch mean), the
+    log-softmax taken at those tokens only (`masked_nll`)."""
+    return masked_nll(answer_logits(model, batch), batch, batch.loss_mask.bool())
 
 
 @dataclass(frozen=True)
