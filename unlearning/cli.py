@@ -188,7 +188,7 @@ def _writable_out(argument: str, path: Path) -> Path:
 
 
 CORPUS_HELP = ("a corpus file or directory: JSONL (plain, .gz, .zst), JSON array, Parquet, Arrow, "
-               "a datasets.save_to_disk folder, or a folder of shards of these")
+               "CSV or TSV with a header row, a datasets.save_to_disk folder, or a folder of shards of these")
 
 
 def _corpus(argument: str, path: Path) -> Any:

@@ -190,3 +190,61 @@ def test_mapped_windows_hold_the_lines_the_block_reader_reads(tmp_path: Path, co
     blocks = [data for _, data in formats.jsonl_blocks(shard, block=block)]
     assert b"".join(windows) == b"".join(blocks) == content.removeprefix(b"\xef\xbb\xbf")
     assert all(w.endswith(b"\n") for w in windows[:-1])  # whole lines only
+
+
+FLAT = [
+    {"id": "t1", "doc": "d-1", "text": "Zoë Quist wrote to zoe.quist@example.org from Århus, \"quoted\"."},
+    {"id": "t2", "doc": "d-1", "text": "She moved there in 2019;\nthe author says so."},
+    {"id": "q1", "question": "Where was Ana Ruiz born?", "answer": "Ana Ruiz was born in Quito."},
+    {"id": "p1", "prompt": "Name a river.", "response": "The Tagus."},
+    {"id": "42", "question": "What is 6 x 7?", "answer": "42"},
+]
+
+
+def _delimited(records: list[dict[str, str]], path: Path, delimiter: str) -> Path:
+    import csv
+
+    fields = sorted({k for r in records for k in r})
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, delimiter=delimiter)
+        writer.writeheader()
+        writer.writerows(records)
+    return path
+
+
+@pytest.mark.parametrize(("name", "delimiter"), [("c.csv", ","), ("c.tsv", "\t")])
+def test_csv_and_tsv_read_to_the_records_jsonl_gives(tmp_path: Path, name: str, delimiter: str) -> None:
+    reference = load_corpus(_write(tmp_path / "c.jsonl", FLAT))
+    corpus = load_corpus(_delimited(FLAT, tmp_path / name, delimiter))
+    assert [record_digest(r) for r in corpus.records] == [record_digest(r) for r in reference.records]
+    assert corpus.manifest_digest == reference.manifest_digest
+    assert corpus.records[4].answer == "42"  # every cell is text: a numeric-looking column stays text
+    assert corpus.records[1].text == FLAT[1]["text"]  # a quoted newline inside a cell
+
+
+def test_sets_built_from_a_csv_are_the_sets_built_from_the_same_jsonl(tmp_path: Path) -> None:
+    from unlearning.sets import Subject, build_sets
+
+    records = [*FLAT, *({"id": f"x{i}", "text": f"Filler record {i} about the weather."} for i in range(30))]
+    subjects = [Subject("Zoë Quist", identifiers=("zoe.quist@example.org",)), Subject("Ana Ruiz")]
+    from_jsonl = build_sets(_write(tmp_path / "c.jsonl", records), subjects, seed=4)
+    from_csv = build_sets(_delimited(records, tmp_path / "c.csv", ","), subjects, seed=4)
+    assert [r.id for r in from_csv.forget] == [r.id for r in from_jsonl.forget] == ["t1", "t2", "q1"]
+    assert from_csv.forget_digest == from_jsonl.forget_digest
+    assert from_csv.retain_digest == from_jsonl.retain_digest
+
+
+def test_a_csv_row_with_another_number_of_fields_is_an_error_that_does_not_quote_it(tmp_path: Path) -> None:
+    path = tmp_path / "c.csv"
+    path.write_text("id,text\na,fine\nb,Dana Whitlock,+44 20 7946 0123\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"c.csv.*not a readable CSV file .*Expected 2 columns, got 3\)") as caught:
+        load_corpus(path)
+    assert "Whitlock" not in str(caught.value) and "7946" not in str(caught.value)
+    (tmp_path / "d.csv").write_text("id,text,id\na,b,c\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match="names a field twice"):
+        load_corpus(tmp_path / "d.csv")
+
+
+def _write(path: Path, records: list[dict[str, str]]) -> Path:
+    path.write_bytes(_jsonl(records))  # type: ignore[arg-type]
+    return path

@@ -6,7 +6,7 @@ A record has one of three shapes: free text (`text`), a question/answer pair
 model learns); optional `id`, a grouping field (`doc`, `source` or `thread`), the TOFU
 extras and `meta` (`records`).  Alpaca (`instruction`/`input`/`output`) and ShareGPT
 (`conversations`) records are read as question/answer and chat records.  A corpus is a file or a directory of shards: JSONL
-(plain, gzip, zstd), JSON arrays, Parquet, Arrow, a Hugging Face `datasets` folder
+(plain, gzip, zstd), JSON arrays, Parquet, Arrow, CSV/TSV, a Hugging Face `datasets` folder
 (`formats`), read as a stream of positioned records with a load report (`source`).
 
 Digests: `record_digest` hashes a record's canonical JSON; `merkle_root` pins a set

@@ -2,11 +2,13 @@
 
 A corpus is one file or a directory.  Files: JSONL (`.jsonl`, `.ndjson`, plain, gzip
 `.gz` or zstd `.zst`/`.zstd`), JSON arrays (`.json`: `[...]` or `{"records": [...]}`),
-Parquet (`.parquet`) and Arrow IPC (`.arrow`, stream or file format).  A directory is a
+Parquet (`.parquet`), Arrow IPC (`.arrow`, stream or file format) and CSV or TSV (`.csv`,
+`.tsv`: a header row naming the fields, every cell read as text, an empty cell absent).
+A directory is a
 Hugging Face `datasets` folder (`save_to_disk`: `state.json` names its arrow shards; a
 `dataset_dict.json` names its splits) or a folder of shards of any of these, taken in
 the sorted order of their relative paths.  Every reader streams: memory stays bounded
-by one block (JSONL, JSON), one row group (Parquet) or one record batch (Arrow).
+by one block (JSONL, JSON), one row group (Parquet) or one record batch (Arrow, CSV).
 
 An *item* is one line, array element or row; its *position* is
 `(shard number << 40) | index in the shard`, so a shard's positions are known without
@@ -36,7 +38,10 @@ BLOCK = 8 << 20
 
 _JSONL_SUFFIXES = {".jsonl": None, ".ndjson": None, ".jsonl.gz": "gzip", ".ndjson.gz": "gzip",
                    ".jsonl.zst": "zstd", ".jsonl.zstd": "zstd", ".ndjson.zst": "zstd"}
-_OTHER_SUFFIXES = {".json": "json", ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow"}
+_OTHER_SUFFIXES = {".json": "json", ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".csv": "csv",
+                   ".tsv": "tsv"}
+COLUMNAR = ("parquet", "arrow", "csv", "tsv")  # read as pyarrow record batches (`columnar_batches`)
+KNOWN = "jsonl, json, parquet, arrow, csv, tsv"
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class Shard:
 
     path: Path
     name: str  # relative to the corpus root (the file name for a one-file corpus)
-    format: str  # jsonl | json | parquet | arrow
+    format: str  # jsonl | json | parquet | arrow | csv | tsv
     compression: str | None
     number: int
 
@@ -81,10 +86,10 @@ def discover_shards(root: Path) -> tuple[tuple[Shard, ...], tuple[str, ...]]:
     for number, path in enumerate(files):
         found = shard_format(path)
         if found is None:
-            raise CorpusError(path, "0", None, "not a corpus file (jsonl, json, parquet, arrow)")
+            raise CorpusError(path, "0", None, f"not a corpus file ({KNOWN})")
         shards.append(Shard(path, path.relative_to(root).as_posix(), found[0], found[1], number))
     if not shards:
-        raise CorpusError(root, "0", None, "no corpus files (jsonl, json, parquet, arrow) in the directory")
+        raise CorpusError(root, "0", None, f"no corpus files ({KNOWN}) in the directory")
     return tuple(shards), tuple(p.relative_to(root).as_posix() for p in ignored)
 
 
@@ -435,7 +440,7 @@ class _ArrayScanner:
                 at = start = 0
 
 
-# ------------------------------------------------------------------ Parquet, Arrow
+# ------------------------------------------------------------------ Parquet, Arrow, CSV
 
 
 def _drop_nulls(value: Any) -> Any:
@@ -445,11 +450,31 @@ def _drop_nulls(value: Any) -> Any:
     return value
 
 
+def _csv_batches(shard: Shard) -> Iterator[Any]:
+    """The record batches of a CSV or TSV shard, streamed, every column read as text (a
+    column inferred as numbers from its first block would fail on a later row), an empty
+    cell null (absent, as in Parquet)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    parse = pcsv.ParseOptions(delimiter="\t" if shard.format == "tsv" else ",", newlines_in_values=True)
+    names = pcsv.open_csv(shard.path, parse_options=parse).schema.names
+    if len(set(names)) != len(names):
+        raise CorpusError(shard.path, "1", None, "the header row names a field twice")
+    convert = pcsv.ConvertOptions(column_types={name: pa.string() for name in names}, strings_can_be_null=True,
+                                  null_values=[""], quoted_strings_can_be_null=False)
+    yield from pcsv.open_csv(shard.path, parse_options=parse, convert_options=convert,
+                             read_options=pcsv.ReadOptions(block_size=1 << 22))
+
+
 def columnar_batches(shard: Shard) -> Iterator[Any]:
-    """The pyarrow record batches of a Parquet or Arrow shard."""
+    """The pyarrow record batches of a Parquet, Arrow, CSV or TSV shard."""
     import pyarrow as pa
 
     try:
+        if shard.format in ("csv", "tsv"):
+            yield from _csv_batches(shard)
+            return
         if shard.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -466,12 +491,14 @@ def columnar_batches(shard: Shard) -> Iterator[Any]:
             return
         yield from reader
     except (pa.ArrowException, OSError) as exc:
-        kind = "Parquet" if shard.format == "parquet" else "Arrow"
-        raise CorpusError(shard.path, "0", None, f"not a readable {kind} file ({exc})") from exc
+        kind = {"parquet": "Parquet", "csv": "CSV", "tsv": "TSV"}.get(shard.format, "Arrow")
+        # pyarrow's CSV errors quote the offending row: its text stays out of the message.
+        reason = re.sub(r"(columns?, got \d+):.*", r"\1", str(exc).splitlines()[0] if str(exc) else "", flags=re.S)
+        raise CorpusError(shard.path, "0", None, f"not a readable {kind} file ({reason})") from exc
 
 
 def columnar_items(shard: Shard) -> Iterator[tuple[int, str, Any]]:
-    """(row index, where, row as a dict) of a Parquet or Arrow shard."""
+    """(row index, where, row as a dict) of a Parquet, Arrow, CSV or TSV shard."""
     index = 0
     for batch in columnar_batches(shard):
         for row in batch.to_pylist():

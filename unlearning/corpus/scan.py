@@ -30,7 +30,7 @@ parsing them:
 Records of a forget group (same `doc`/`source`/`thread`) are found the same way with the
 group values as tokens (compared verbatim, not normalised: a non-ASCII line needs a parse
 only when a group value is non-ASCII); the retain pool is the records under a rank threshold
-(`sampling`), found from line positions alone.  Parquet and Arrow shards run the same
+(`sampling`), found from line positions alone.  Parquet, Arrow and CSV shards run the same
 filter over their string columns; JSON arrays are parsed whole.  Memory: one block (8 MB)
 plus what is found.  Every function works on one shard, so shards can run in parallel
 (`workers.scan`) and merge into the same result as one pass.
@@ -52,6 +52,7 @@ import numpy as np
 import orjson
 
 from unlearning.corpus.formats import (
+    COLUMNAR,
     SHARD_BITS,
     Shard,
     columnar_batches,
@@ -895,7 +896,7 @@ def scan_shard(source: CorpusSource, shard: Shard, matcher: MultiMatcher, *, see
                     result.pool.append((key, base | line, Pending.of(path, str(line + 1), raw, prefix, ordinal)))
             result.positions = first + blocks.lines
         return result
-    if shard.format in ("parquet", "arrow"):
+    if shard.format in COLUMNAR:
         return _scan_columnar(source, shard, matcher, prefilter, seed=seed, threshold=threshold,
                               exclude_ids=exclude_ids)
     found = []
@@ -920,7 +921,7 @@ def _record(source: CorpusSource, shard: Shard, where: str, value: Any, ordinal:
         return None
 
 
-# ------------------------------------------------------------------ Parquet, Arrow
+# ------------------------------------------------------------------ Parquet, Arrow, CSV
 
 
 def _column_strings(column: Any, turn_text: str = "content") -> tuple[list[Any], np.ndarray] | None:
@@ -1037,7 +1038,7 @@ def group_shard(source: CorpusSource, shard: Shard, groups: frozenset[GroupKey],
             for k in prefilter.candidate_lines(lines):
                 keep(shard.position(first + k), blocks.parse(lines.raw(k), first + k, blanks))
         return out
-    if shard.format in ("parquet", "arrow"):
+    if shard.format in COLUMNAR:
         base = 0
         for batch in columnar_batches(shard):
             names = [n for n in GROUP_FIELDS if n in batch.schema.names]
