@@ -132,7 +132,8 @@ def test_a_row_that_fits_no_shape_is_named_by_shard_and_row(tmp_path: Path) -> N
     corpus = load_corpus(path)
     assert [r.id for r in corpus.records] == ["a", "c"]
     assert [s.line() for s in corpus.report.skipped] == [
-        "c.parquet:row 1 (id 'b'): field 'text': missing: a record needs 'text', 'question'+'answer' or 'messages'"]
+        "c.parquet:row 1 (id 'b'): field 'text': missing: a record needs 'text', 'question'+'answer' or 'messages'; "
+        "its fields: id"]
     assert inspect_corpus(path).report.skipped_count == 1
 
 
@@ -248,3 +249,16 @@ def test_a_csv_row_with_another_number_of_fields_is_an_error_that_does_not_quote
 def _write(path: Path, records: list[dict[str, str]]) -> Path:
     path.write_bytes(_jsonl(records))  # type: ignore[arg-type]
     return path
+
+
+def test_a_corpus_of_no_record_names_the_first_item_and_its_field_names_never_its_text(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a", "content": "Dana Whitlock lives in Turku.", "Dana Whitlock": 1}\n'
+                    '{"id": "b", "content": "Mira Voss lives in Porto."}\n', encoding="utf-8")
+    for read in (load_corpus, inspect_corpus):
+        with pytest.raises(CorpusError) as caught:
+            read(path)
+        message = str(caught.value)
+        assert "the corpus has no records (2 items fit no record shape; the first: c.jsonl:1 (id 'a')" in message
+        assert message.endswith("its fields: content, id)")
+        assert "Whitlock" not in message and "Turku" not in message

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,7 +241,7 @@ def _parse_record(path: str | Path, where: str, data: Any, default_id: str) -> R
     messages = _chat(path, where, data)
     if question is None and text is None and not messages:
         raise RecordMisfit(path, where, "text",
-                          "missing: a record needs 'text', 'question'+'answer' or 'messages'")
+                          "missing: a record needs 'text', 'question'+'answer' or 'messages'" + _fields_of(data))
     for name, value in (("question", question), ("answer", answer), ("text", text)):
         if value is not None and not value.strip():
             raise RecordMisfit(path, where, name, "is empty")
@@ -283,6 +284,19 @@ def _parse_record(path: str | Path, where: str, data: Any, default_id: str) -> R
         group_field=group_field,
     )
     return record
+
+
+def _fields_of(data: Mapping[str, Any]) -> str:
+    """`; its fields: a, b` for a misfit's message: the names that look like field names
+    (a key could be anything, even a person's name: those are left out), never the values."""
+    names = sorted(k for k in data if isinstance(k, str) and _FIELD_NAME.fullmatch(k))
+    if not names:
+        return ""
+    shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+    return f"; its fields: {shown}"
+
+
+_FIELD_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 def alpaca_question(instruction: str, given_input: Any) -> str:

@@ -181,14 +181,22 @@ def iter_records(path: str | Path | CorpusSource, *, strict: bool = False,
         yield record
 
 
+def _no_records(report: LoadReport) -> str:
+    """Why a corpus has no records, with the first item that fit no shape (where and which
+    field, never its text)."""
+    if not report.skipped_count:
+        return "the corpus has no records"
+    first = f"; the first: {report.skipped[0].line()}" if report.skipped else ""
+    return f"the corpus has no records ({report.skipped_count} items fit no record shape{first})"
+
+
 def load_corpus(path: str | Path | CorpusSource, *, strict: bool = False) -> Corpus:
     """Read a whole corpus into memory; its `report` names the items that fit no shape."""
     source = open_source(path)
     report = LoadReport()
     pairs = list(iter_positioned(source, strict=strict, report=report))
     if not pairs:
-        raise CorpusError(source.root, "0", None, "the corpus has no records"
-                          + (f" ({report.skipped_count} items fit no record shape)" if report.skipped_count else ""))
+        raise CorpusError(source.root, "0", None, _no_records(report))
     if report.skipped_count:
         logger.warning("%s: %s items fit no record shape and were skipped", source.root, report.skipped_count)
     return Corpus(tuple(r for _, r in pairs), source.root, tuple(p for p, _ in pairs), report)
@@ -226,8 +234,7 @@ def inspect_corpus(path: str | Path | CorpusSource) -> CorpusInfo:
         leaves += record_digest_bytes(record)
         id_hashes.append(int.from_bytes(hashlib.blake2b(record.id.encode("utf-8"), digest_size=8).digest()))
     if not id_hashes:
-        raise CorpusError(source.root, "0", None, "the corpus has no records"
-                          + (f" ({report.skipped_count} items fit no record shape)" if report.skipped_count else ""))
+        raise CorpusError(source.root, "0", None, _no_records(report))
     hashes = np.array(id_hashes, dtype=np.uint64)
     ordered = np.sort(hashes)
     if bool(np.any(ordered[1:] == ordered[:-1])):
