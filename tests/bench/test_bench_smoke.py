@@ -250,7 +250,8 @@ def test_the_step_cost_harness_times_every_asu_variant(tiny_assets: Assets, tmp_
     finally:
         torch.set_num_threads(threads)
     ratios = result["ratios"]
-    assert set(ratios) == {"asu_online_gd", "asu_cached_gd", "asu_online_kl", "asu_cached_kl"}
+    assert set(ratios) == {"asu_online_gd", "asu_cached_gd", "asu_online_kl", "asu_cached_kl", "asu_full_gd",
+                           "asu_full_kl"}
     assert all(r > 0 for r in ratios.values())
     assert result["steps_done"] == {key: 3 for key in ("plain", *ratios)}  # a fixed step count, not the budget
     assert {result["preset"][key] for key in ratios} == {"published"}
