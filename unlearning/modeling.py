@@ -377,29 +377,39 @@ def load_model(
     return model, tokenizer
 
 
+def forward_error(model: Any, token: int = 0) -> Exception | None:
+    """The error a forward pass of two tokens raises on `model`, or None where it runs: how
+    the engine asks whether an architecture's own code runs as it is set up (its cache, a
+    quantised copy's swapped modules)."""
+    import torch
+
+    ids = torch.full((1, 2), int(token), dtype=torch.long, device=next(model.parameters()).device)
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    except (ValueError, TypeError, AttributeError, RuntimeError, NotImplementedError) as error:
+        return error
+    return None
+
+
 def _switch_off_a_broken_cache(model: Any, tokenizer: Any) -> None:
     """Switch `model`'s key/value cache off where a forward pass with it fails.
 
     Some architectures do not run with their own cache in the installed transformers
     (RecurrentGemma in 5.x: "`get_seq_length` can only be called on Attention layers"),
     and an evaluation forward pass builds one by default.  Without it the outputs are the
-    same; generation recomputes the prefix at each step.  Two tokens, once per load."""
-    import torch
-
+    same; generation recomputes the prefix at each step.  Two tokens, once per load; any
+    other failure is reported where the model is used."""
     token = next((t for t in (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id)
                   if t is not None), 0)
-    ids = torch.full((1, 2), int(token), dtype=torch.long, device=next(model.parameters()).device)
-    try:
-        with torch.no_grad():
-            model(input_ids=ids)
-    except (ValueError, TypeError, AttributeError, NotImplementedError) as error:
-        if "cache" not in str(error).lower():
-            return  # anything else fails where the model is used, and is reported there
-        logger.warning("%s does not run with its cache here (%s); running without it",
-                       type(model).__name__, str(error)[:160])
-        model.config.use_cache = False
-        if getattr(model, "generation_config", None) is not None:
-            model.generation_config.use_cache = False
+    error = forward_error(model, token)
+    if error is None or "cache" not in str(error).lower():
+        return
+    logger.warning("%s does not run with its cache here (%s); running without it",
+                   type(model).__name__, str(error)[:160])
+    model.config.use_cache = False
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.use_cache = False
 
 
 def position_limit(model: Any) -> int | None:

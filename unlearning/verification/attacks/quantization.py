@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from unlearning.modeling import forward_error
+
 logger = logging.getLogger(__name__)
 
 
@@ -45,13 +47,13 @@ def quantised_copy(model: Any) -> tuple[Any, str]:
             dynamic = quantize_dynamic(  # type: ignore[no-untyped-call]
                 model, {torch.nn.Linear}, dtype=torch.qint8  # a copy (inplace=False)
             )
-        failure = _fails_to_run(dynamic)
+        failure = forward_error(dynamic)
         if failure is None:
             return dynamic, "torch-dynamic-int8"
         # Some architectures' own code reads a Linear's weight tensor (Mamba's `dt_proj.weight @ x`),
         # which the quantised module replaces by a method: their weights are rounded instead.
-        logger.info("torch dynamic int8 does not run %s (%s): int8 weight round trip instead",
-                    type(model).__name__, failure)
+        logger.info("torch dynamic int8 does not run %s (%s: %s): int8 weight round trip instead",
+                    type(model).__name__, type(failure).__name__, str(failure)[:120])
         del dynamic
         scheme = "int8-weight-roundtrip (torch dynamic int8 does not run this architecture)"
     else:
@@ -64,16 +66,6 @@ def quantised_copy(model: Any) -> tuple[Any, str]:
                 scale = weight.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
                 module.weight.copy_((weight / scale).round().clamp(-127, 127).mul(scale).to(dtype))
     return quantised, scheme
-
-
-def _fails_to_run(model: Any) -> str | None:
-    """Why a forward pass of two tokens fails on `model`, or None where it runs."""
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.zeros((1, 2), dtype=torch.long))
-    except (TypeError, AttributeError, RuntimeError, NotImplementedError) as error:
-        return f"{type(error).__name__}: {str(error)[:120]}"
-    return None
 
 
 def int4_roundtrip(weight: torch.Tensor, group_size: int = 32) -> torch.Tensor:
