@@ -1,4 +1,4 @@
-"""Alpaca and ShareGPT records: read as question/answer and chat records, and found by set
+"""Alpaca, ShareGPT and OpenAI prompt/completion records: read as question/answer and chat records, and found by set
 building alike by the reference scan, the fast scan and the index.
 
 The fast scan matches `searchable_text_of` on raw JSON values and parses only the lines
@@ -20,7 +20,15 @@ import pytest
 
 from tests.scan_fixtures import FILLER, SUBJECTS, TRAPS, saved_bytes
 from unlearning.cli import main
-from unlearning.corpus import Message, Record, RecordMisfit, formats, load_corpus, parse_record
+from unlearning.corpus import (
+    Message,
+    Record,
+    RecordMisfit,
+    formats,
+    load_corpus,
+    parse_record,
+    record_digest,
+)
 from unlearning.corpus.index import CorpusIndex, build_index
 from unlearning.corpus.records import searchable_text_of
 from unlearning.sets import Subject, build_sets, build_sets_reference
@@ -65,6 +73,25 @@ def test_a_broken_alpaca_record_is_a_misfit_naming_the_field(data: dict[str, obj
     with pytest.raises(RecordMisfit) as caught:
         _parse(data)
     assert caught.value.field == field and "c.jsonl:1" in str(caught.value)
+
+
+def test_an_openai_prompt_completion_record_is_a_question_and_answer() -> None:
+    record = _parse({"id": "o1", "prompt": "Where does Mara Okafor live?", "completion": " In Leeds."})
+    assert (record.shape, record.question, record.answer) == ("qa", "Where does Mara Okafor live?", " In Leeds.")
+    # The same record as its prompt/response twin: one digest, whatever the field was called.
+    twin = _parse({"id": "o1", "prompt": "Where does Mara Okafor live?", "response": " In Leeds."})
+    assert record_digest(record) == record_digest(twin)
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"prompt": "Where?", "response": "Leeds.", "completion": "Leeds."}, "completion"),
+    ({"completion": "Leeds."}, "prompt"),
+    ({"prompt": "Where?", "completion": " "}, "completion"),
+])
+def test_a_broken_prompt_completion_record_is_a_misfit_naming_the_field(data: dict[str, object], field: str) -> None:
+    with pytest.raises(RecordMisfit) as caught:
+        _parse(data)
+    assert caught.value.field == field
 
 
 def test_a_sharegpt_record_is_a_chat_with_the_roles_mapped() -> None:
@@ -142,7 +169,9 @@ def _records(rng: random.Random, count: int) -> list[dict[str, object]]:
             record = {"conversations": [{"from": s, "value": text()} for s in speakers]}
         elif shape < 0.85:
             record = {"conversations": [{"from": "human", "value": text()}, {"from": "tool", "value": text()}]}
-        elif shape < 0.88:
+        elif shape < 0.87:
+            record = {"prompt": text(), "completion": text()}  # OpenAI's fine-tuning format
+        elif shape < 0.9:
             record = {"instruction": text()}  # no output: a misfit
         else:
             record = {"text": text()}
@@ -194,6 +223,7 @@ ONLY_THERE = [
                                              {"from": "gpt", "value": "MARA OKAFOR does."}]},
     {"id": "sharegpt-gpt-u", "conversations": [{"from": "human", "value": "Who?"},
                                                {"from": "gpt", "value": "Zoë says Mara Okafor."}]},
+    {"id": "completion", "prompt": "Who runs the ferry?", "completion": " Mara Okafor, since May."},
     {"id": "other", "instruction": "Name a river.", "input": "Leeds", "output": "The Aire."},
     {"id": "other-chat", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]},
 ]
@@ -210,7 +240,7 @@ def test_a_subject_only_in_an_alpaca_input_or_a_gpt_turn_is_found_by_every_path(
     build_index(path, tmp_path / "index", key=KEY, corpus_digest=DIGEST)
     index = CorpusIndex.open(tmp_path / "index", path, key=KEY, corpus_digest=DIGEST)
     looked_up = build_sets(path, SUBJECT, retain_per_forget=0, index=index, corpus_digest=reference.corpus_digest)
-    wanted = {"alpaca-input", "alpaca-split", "sharegpt-gpt", "sharegpt-gpt-u"}
+    wanted = {"alpaca-input", "alpaca-split", "sharegpt-gpt", "sharegpt-gpt-u", "completion"}
     for sets in (reference, scanned, looked_up):
         assert {r.id for r in sets.forget} == wanted
     assert saved_bytes(scanned, tmp_path / "s") == saved_bytes(reference, tmp_path / "r") \
@@ -222,7 +252,7 @@ def test_a_subject_only_in_a_parquet_gpt_turn_is_found(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_struct_array(pa.array(ONLY_THERE)), path)
     reference = build_sets_reference(load_corpus(path), SUBJECT, retain_per_forget=0)
     scanned = build_sets(path, SUBJECT, retain_per_forget=0, corpus_digest=reference.corpus_digest)
-    assert {r.id for r in scanned.forget} == {r.id for r in reference.forget} >= {"alpaca-input", "sharegpt-gpt"}
+    assert {r.id for r in scanned.forget} == {r.id for r in reference.forget} >= {"alpaca-input", "sharegpt-gpt", "completion"}
 
 
 def test_a_sharegpt_record_with_an_unknown_speaker_is_reported_by_place_and_id(tmp_path: Path) -> None:
@@ -233,7 +263,7 @@ def test_a_sharegpt_record_with_an_unknown_speaker_is_reported_by_place_and_id(t
     report = load_corpus(path).report
     assert report is not None and report.skipped_count == 1
     line = report.skipped[0].line()
-    assert line.startswith("c.jsonl:7 (id 'odd'): field 'conversations[1].from': unknown speaker")
+    assert line.startswith(f"c.jsonl:{len(ONLY_THERE) + 1} (id 'odd'): field 'conversations[1].from': unknown speaker")
     assert "Mara" not in line and "narrator" not in line
     # Not a hit of any path either: a misfit is no record.
     assert "odd" not in {r.id for r in build_sets(path, SUBJECT, retain_per_forget=0).forget}

@@ -1,7 +1,8 @@
 """Training records: their shapes, their parsing from JSON objects, and their digests.
 
 A record has one of three shapes: free text (`text`), a question/answer pair
-(`question` + `answer`, or the synonyms `prompt` + `response`), or a chat
+(`question` + `answer`, or the synonyms `prompt` + `response` and OpenAI's `prompt` +
+`completion`), or a chat
 (`messages`: a list of `{"role", "content"}` turns; the assistant turns are
 what a model learns).  Two shapes users commonly bring are read as these: Alpaca
 (`instruction`, optional `input`, `output`) as a question/answer pair, and ShareGPT
@@ -33,7 +34,7 @@ OPTIONAL_TEXT_FIELDS = ("paraphrased_question", "paraphrased_answer")
 GROUP_FIELDS = ("doc", "source", "thread")
 ALPACA_FIELDS = ("instruction", "input", "output")
 KNOWN_FIELDS = frozenset(
-    {"id", "text", "question", "answer", "prompt", "response", "meta", "perturbed_answer",
+    {"id", "text", "question", "answer", "prompt", "response", "completion", "meta", "perturbed_answer",
      "messages", "conversations"}
     | set(OPTIONAL_TEXT_FIELDS) | set(GROUP_FIELDS) | set(ALPACA_FIELDS)
 )
@@ -223,9 +224,13 @@ def _parse_record(path: str | Path, where: str, data: Any, default_id: str) -> R
     answer = _string(path, where, data, "answer")
     prompt = _string(path, where, data, "prompt")
     response = _string(path, where, data, "response")
+    completion = _string(path, where, data, "completion")
+    if response is not None and completion is not None:
+        raise RecordMisfit(path, where, "completion",
+                           "a record holds one answer to its prompt: 'response' or 'completion', not both")
     if question is None and answer is None:
-        question, answer = prompt, response
-        q_name, a_name = "prompt", "response"
+        question, answer = prompt, response if completion is None else completion
+        q_name, a_name = "prompt", "response" if completion is None else "completion"
     else:
         q_name, a_name = "question", "answer"
     if question is None and answer is None:
@@ -242,7 +247,7 @@ def _parse_record(path: str | Path, where: str, data: Any, default_id: str) -> R
     if question is None and text is None and not messages:
         raise RecordMisfit(path, where, "text",
                           "missing: a record needs 'text', 'question'+'answer' or 'messages'" + _fields_of(data))
-    for name, value in (("question", question), ("answer", answer), ("text", text)):
+    for name, value in ((q_name, question), (a_name, answer), ("text", text)):
         if value is not None and not value.strip():
             raise RecordMisfit(path, where, name, "is empty")
     raw_id = data.get("id", default_id)
@@ -390,6 +395,8 @@ def searchable_text_of(data: Any) -> str:
     question, answer = get("question"), get("answer")
     if question is None and answer is None:
         question, answer = get("prompt"), get("response")
+        if answer is None:
+            answer = get("completion")  # OpenAI's prompt/completion, read as `parse_record` reads it
     if question is None and answer is None:  # Alpaca, read as `_alpaca` reads it
         instruction = get("instruction")
         question = alpaca_question(instruction, get("input")) if isinstance(instruction, str) else None

@@ -78,7 +78,7 @@ _RUN = re.compile(r"[a-z0-9]+")
 _WORD = re.compile(r"[^\W_]+")  # a run of letters and digits, in any script
 _FOLD_CACHE_MAX = 1 << 16
 # Columns whose strings `Record.searchable_text` reads (the rest cannot hold a hit).
-SEARCH_COLUMNS = ("text", "question", "answer", "prompt", "response", "paraphrased_question",
+SEARCH_COLUMNS = ("text", "question", "answer", "prompt", "response", "completion", "paraphrased_question",
                   "paraphrased_answer", "perturbed_answer", "messages", "instruction", "input", "output",
                   "conversations")
 # The text field of a chat column's turns: `messages` {role, content}, ShareGPT {from, value}.
