@@ -7,7 +7,11 @@ from __future__ import annotations
 import torch
 import transformers as T
 
-from unlearning.verification.attacks.quantization import int4_roundtrip, quantised4_copy, quantised_copy
+from unlearning.verification.attacks.quantization import (
+    int4_roundtrip,
+    quantised4_copy,
+    quantised_copy,
+)
 
 
 def _llama() -> torch.nn.Module:
