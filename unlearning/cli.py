@@ -86,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--tokenizer", type=Path, default=None,
                        help="reuse this model directory's tokenizer instead of training one")
 
+    convert = commands.add_parser(
+        "convert", help="rewrite a corpus whose fields have other names as one JSONL file of the engine's records")
+    convert.add_argument("--corpus", required=True, type=Path, help=CORPUS_HELP)
+    convert.add_argument("--out", required=True, type=Path,
+                         help="the file to write: .jsonl, .jsonl.gz or .jsonl.zst (must not exist)")
+    convert.add_argument("--field", action="append", default=[], metavar="FIELD=SOURCE",
+                         help="the record field a source field is, e.g. text=content or id=doc_id (repeat)")
+
     sets = commands.add_parser("build-sets", help="forget/retain sets and probes for subjects")
     sets.add_argument("--corpus", required=True, type=Path, help=CORPUS_HELP)
     _add_subjects(sets)
@@ -194,13 +202,15 @@ CORPUS_HELP = ("a corpus file or directory: JSONL (plain, .gz, .zst), JSON array
 def _corpus(argument: str, path: Path) -> Any:
     """A corpus file or directory of shards in any supported format (`unlearning.corpus`)."""
     from unlearning.corpus import CorpusError, load_corpus
+    from unlearning.corpus.convert import convert_hint
 
     if not path.exists():
         raise ArgumentError(argument, f"file not found: {path}")
     try:
         corpus = load_corpus(path)
     except CorpusError as exc:
-        raise ArgumentError(argument, str(exc).splitlines()[0]) from exc
+        message = str(exc).splitlines()[0]
+        raise ArgumentError(argument, message + convert_hint(message)) from exc
     report = corpus.report
     if report is not None and report.skipped_count:
         # Named by place and id only: the items' text may be personal data.
@@ -386,6 +396,37 @@ def _cmd_train_base(args: argparse.Namespace, progress: Any) -> int:
     return 0 if result.reached_target else 1
 
 
+def _cmd_convert(args: argparse.Namespace, progress: Any) -> int:
+    from unlearning.corpus import CorpusError
+    from unlearning.corpus.convert import OUTPUT_SUFFIXES, FieldMap, FieldMapError, convert_corpus
+    from unlearning.progress import Progress
+
+    try:
+        fields = FieldMap.parse(args.field)
+    except FieldMapError as exc:
+        raise ArgumentError("--field", str(exc)) from exc
+    if not args.corpus.exists():
+        raise ArgumentError("--corpus", f"file not found: {args.corpus}")
+    if not args.out.name.endswith(OUTPUT_SUFFIXES):
+        raise ArgumentError("--out", f"{args.out}: must end in {', '.join(OUTPUT_SUFFIXES)}")
+    if args.out.exists():
+        raise ArgumentError("--out", f"exists: {args.out}")
+    if not args.out.parent.is_dir():
+        raise ArgumentError("--out", f"no such directory: {args.out.parent}")
+    try:
+        done = convert_corpus(args.corpus, args.out, fields=fields,
+                              progress=lambda n: progress(Progress("records written", n, 0)))
+    except CorpusError as exc:
+        raise ArgumentError("--corpus", str(exc).splitlines()[0]) from exc
+    report = done.report
+    if report.skipped_count:
+        first = report.skipped[0].line() if report.skipped else ""
+        print(f"warning: --corpus: {report.skipped_count} item(s) fit no record shape and were not written "
+              f"(first: {first})", file=sys.stderr)
+    print(f"wrote {done.records} records to {args.out}; manifest digest {done.manifest_digest}")
+    return 0
+
+
 def _cmd_build_sets(args: argparse.Namespace, progress: Any) -> int:
     sets = _build_sets(args)
     _warn_about_sets(sets)
@@ -482,6 +523,7 @@ def _cmd_verify(args: argparse.Namespace, progress: Any) -> int:
 COMMANDS = {
     "demo-corpus": _cmd_demo_corpus,
     "train-base": _cmd_train_base,
+    "convert": _cmd_convert,
     "build-sets": _cmd_build_sets,
     "build-index": _cmd_build_index,
     "erase": _cmd_erase,

@@ -31,11 +31,13 @@ REGISTRAR_ACTOR = "system:registrar"
 def corpus_read(path: str | Path, *, field: str) -> Any:
     """`CorpusInfo` of a corpus, or `ValidationError(field, one line)` when it cannot be read."""
     from unlearning.corpus import CorpusError, inspect_corpus
+    from unlearning.corpus.convert import convert_hint
 
     try:
         return inspect_corpus(path)
     except CorpusError as exc:
-        raise ValidationError(field, str(exc).splitlines()[0]) from exc
+        message = str(exc).splitlines()[0]
+        raise ValidationError(field, message + convert_hint(message)) from exc
 
 
 def corpus_register_files(session: Session, *, actor: str, name: str, path: str | Path,

@@ -1,13 +1,14 @@
 """Training corpora as users bring them: records of three shapes in any of the usual formats.
 
 A record has one of three shapes: free text (`text`), a question/answer pair
-(`question` + `answer`, or the synonyms `prompt` + `response`), or a chat
+(`question` + `answer`, or the synonyms `prompt` + `response` or `completion`), or a chat
 (`messages`: a list of `{"role", "content"}` turns; the assistant turns are what a
 model learns); optional `id`, a grouping field (`doc`, `source` or `thread`), the TOFU
 extras and `meta` (`records`).  Alpaca (`instruction`/`input`/`output`) and ShareGPT
 (`conversations`) records are read as question/answer and chat records.  A corpus is a file or a directory of shards: JSONL
 (plain, gzip, zstd), JSON arrays, Parquet, Arrow, CSV/TSV, a Hugging Face `datasets` folder
-(`formats`), read as a stream of positioned records with a load report (`source`).
+(`formats`), read as a stream of positioned records with a load report (`source`); one
+whose fields have other names is rewritten under the engine's (`convert`).
 
 Digests: `record_digest` hashes a record's canonical JSON; `merkle_root` pins a set
 of records; a corpus's `manifest_digest` is the Merkle root of all its records, so it

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -138,12 +138,13 @@ class Corpus:
 
 def iter_positioned(
     source: str | Path | CorpusSource, *, strict: bool = False, report: LoadReport | None = None,
-    check_duplicates: bool = True,
+    check_duplicates: bool = True, transform: Callable[[Any], Any] | None = None,
 ) -> Iterator[tuple[int, Record]]:
     """(position, record) of every record of every shard, in corpus order.
 
     `strict` raises on the first item that fits no shape (engine-written files such as
-    saved sets); otherwise it is skipped and named in `report`.
+    saved sets); otherwise it is skipped and named in `report`.  `transform` is applied to
+    each item before it is read as a record (`convert.FieldMap.apply`).
     """
     corpus = open_source(source)
     if report is not None:
@@ -152,6 +153,8 @@ def iter_positioned(
     for shard in corpus.shards:
         count = 0
         for ordinal, (index, where, value) in enumerate(shard_items(shard)):
+            if transform is not None:
+                value = transform(value)
             try:
                 record = parse_record(shard.path, where, value, corpus.default_id(shard, ordinal))
             except RecordMisfit as misfit:
@@ -181,7 +184,7 @@ def iter_records(path: str | Path | CorpusSource, *, strict: bool = False,
         yield record
 
 
-def _no_records(report: LoadReport) -> str:
+def no_records(report: LoadReport) -> str:
     """Why a corpus has no records, with the first item that fit no shape (where and which
     field, never its text)."""
     if not report.skipped_count:
@@ -196,10 +199,26 @@ def load_corpus(path: str | Path | CorpusSource, *, strict: bool = False) -> Cor
     report = LoadReport()
     pairs = list(iter_positioned(source, strict=strict, report=report))
     if not pairs:
-        raise CorpusError(source.root, "0", None, _no_records(report))
+        raise CorpusError(source.root, "0", None, no_records(report))
     if report.skipped_count:
         logger.warning("%s: %s items fit no record shape and were skipped", source.root, report.skipped_count)
     return Corpus(tuple(r for _, r in pairs), source.root, tuple(p for p, _ in pairs), report)
+
+
+def finish_digest(leaves: bytes | bytearray, id_hashes: Sequence[int],
+                  recheck: Callable[[], Iterable[Any]]) -> str:
+    """The manifest digest of records whose 32-byte digests are `leaves` (in any order),
+    after checking their ids' 8-byte hashes for a repeat: where two agree, `recheck` (a
+    second pass that checks ids one by one) raises the `CorpusError` naming the duplicate,
+    or finds that two ids only share a hash."""
+    import numpy as np
+
+    ordered = np.sort(np.array(id_hashes, dtype=np.uint64))
+    if bool(np.any(ordered[1:] == ordered[:-1])):
+        for _ in recheck():
+            pass
+    sorted_leaves = np.sort(np.frombuffer(bytes(leaves), dtype="S32"))
+    return merkle_root_of_leaves([bytes(leaf).ljust(32, b"\x00") for leaf in sorted_leaves])
 
 
 @dataclass(frozen=True)
@@ -224,8 +243,6 @@ def inspect_corpus(path: str | Path | CorpusSource) -> CorpusInfo:
 
     Memory: 32 bytes of digest and 8 bytes of id hash per record, not the records.
     """
-    import numpy as np
-
     source = open_source(path)
     report = LoadReport()
     leaves = bytearray()
@@ -234,14 +251,7 @@ def inspect_corpus(path: str | Path | CorpusSource) -> CorpusInfo:
         leaves += record_digest_bytes(record)
         id_hashes.append(int.from_bytes(hashlib.blake2b(record.id.encode("utf-8"), digest_size=8).digest()))
     if not id_hashes:
-        raise CorpusError(source.root, "0", None, _no_records(report))
-    hashes = np.array(id_hashes, dtype=np.uint64)
-    ordered = np.sort(hashes)
-    if bool(np.any(ordered[1:] == ordered[:-1])):
-        # Rare: name the duplicate (or find that two ids only share a hash) with a second pass.
-        for _ in iter_positioned(source, check_duplicates=True):
-            pass
-    sorted_leaves = np.sort(np.frombuffer(bytes(leaves), dtype="S32"))
-    digest = merkle_root_of_leaves([bytes(leaf).ljust(32, b"\x00") for leaf in sorted_leaves])
+        raise CorpusError(source.root, "0", None, no_records(report))
+    digest = finish_digest(leaves, id_hashes, lambda: iter_positioned(source, check_duplicates=True))
     formats = tuple(sorted({s.format + (f"+{s.compression}" if s.compression else "") for s in source.shards}))
     return CorpusInfo(source.root, digest, report.records, formats, report)

@@ -1,0 +1,160 @@
+"""`convert`: a corpus whose fields have other names, rewritten as the engine's records.
+
+The output must be the corpus the engine would have read had the fields had its names:
+the same records, ids (default ones included) and manifest digest, so that set building
+on it gives byte-identical sets; misfits are named and not written; a refused conversion
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.scan_fixtures import FILLER, SUBJECTS, TRAPS, saved_bytes
+from unlearning.cli import main
+from unlearning.corpus import inspect_corpus, load_corpus
+from unlearning.corpus.convert import FieldMap, FieldMapError, convert_corpus
+from unlearning.sets import build_sets
+
+# ------------------------------------------------------------------ the field map
+
+
+@pytest.mark.parametrize(("entries", "named"), [
+    (["text"], "expected ENGINE_FIELD=SOURCE_FIELD"),
+    (["=content"], "expected ENGINE_FIELD=SOURCE_FIELD"),
+    (["text="], "expected ENGINE_FIELD=SOURCE_FIELD"),
+    (["txt=content"], "'txt' is not a record field"),
+    (["text=content", "text=body"], "'text' is mapped twice"),
+    (["text=content", "answer=content"], "source field 'content' is mapped twice"),
+    (["text=text"], "mapped to itself"),
+])
+def test_a_bad_field_map_is_refused_naming_the_entry(entries: list[str], named: str) -> None:
+    with pytest.raises(FieldMapError, match=named):
+        FieldMap.parse(entries)
+
+
+def test_the_map_moves_values_replaces_same_named_fields_and_can_swap() -> None:
+    fields = FieldMap.parse(["text=content", "id=doc_id"])
+    assert fields.apply({"content": "a", "doc_id": 7, "text": "old", "lang": "en"}) == \
+        {"text": "a", "id": 7, "lang": "en"}
+    assert fields.apply({"doc_id": 7}) == {"id": 7}  # no source: no field (a misfit later)
+    assert fields.apply(["not", "an", "object"]) == ["not", "an", "object"]
+    swap = FieldMap.parse(["question=answer", "answer=question"])
+    assert swap.apply({"question": "Leeds.", "answer": "Where?"}) == {"question": "Where?", "answer": "Leeds."}
+
+
+# ------------------------------------------------------------------ conversion
+
+
+def _items(rng: random.Random, count: int, *, native: bool, prefix: str = "") -> list[dict[str, object]]:
+    """Free text and Dolly-style items (instruction/context/response) with the scan's traps,
+    under the source's names, or (`native`) under the engine's."""
+    def text() -> str:
+        return " ".join(rng.choice(TRAPS) if rng.random() < 0.3 else rng.choice(FILLER) for _ in range(3))
+    items: list[dict[str, object]] = []
+    for i in range(count):
+        if rng.random() < 0.5:
+            item: dict[str, object] = {"body": text()}
+        else:
+            item = {"instruction": text(), "response": text(), "category": "open_qa"}
+            if rng.random() < 0.6:
+                item["context"] = text()
+        if rng.random() < 0.5:
+            item["uid"] = f"{prefix}u{i:04d}"
+        items.append(item)
+    if native:
+        names = {"body": "text", "context": "input", "response": "output", "uid": "id"}
+        items = [{names.get(k, k): v for k, v in item.items()} for item in items]
+    return items
+
+
+MAP = ["text=body", "input=context", "output=response", "id=uid"]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
+def test_a_converted_corpus_is_the_natively_named_one(tmp_path: Path, suffix: str) -> None:
+    # Two Parquet shards (ids partly missing: the default ids carry the shard's name).
+    for kind, native in (("source", False), ("native", True)):
+        folder = tmp_path / kind
+        folder.mkdir()
+        for shard in range(2):
+            rows = _items(random.Random(shard), 150, native=native, prefix=f"s{shard}-")
+            columns = sorted({k for row in rows for k in row})  # absent fields as nulls (skipped on reading)
+            pq.write_table(pa.Table.from_pylist([{k: row.get(k) for k in columns} for row in rows]),
+                           folder / f"part-{shard}.parquet", row_group_size=41)
+    out = tmp_path / f"converted{suffix}"
+    done = convert_corpus(tmp_path / "source", out, fields=FieldMap.parse(MAP))
+    native = load_corpus(tmp_path / "native")
+    assert done.records == len(native) == 300 and done.report.skipped_count == 0
+    assert [r.to_json() for r in load_corpus(out).records] == [r.to_json() for r in native.records]
+    assert done.manifest_digest == inspect_corpus(out).manifest_digest == native.manifest_digest
+    # Set building on it finds the forget set the natively named corpus gives, byte for byte,
+    # with the same probes; the retain sample is drawn by position in the files, which one
+    # file of 300 lines and two shards of 150 rows number differently.
+    ours = saved_bytes(build_sets(out, SUBJECTS, retain_per_forget=2, seed=1), tmp_path / "ours")
+    theirs = saved_bytes(build_sets(tmp_path / "native", SUBJECTS, retain_per_forget=2, seed=1), tmp_path / "theirs")
+    assert ours["forget.jsonl"].count(b"\n") > 20
+    for name in ("forget.jsonl", "probes.jsonl", "subjects.json"):
+        assert ours[name] == theirs[name], name
+
+
+def _write(path: Path, items: list[object]) -> Path:
+    path.write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
+    return path
+
+
+def test_the_command_names_what_it_skipped_and_writes_the_rest(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    source = _write(tmp_path / "in.jsonl", [{"uid": "a", "body": "Mara Okafor lives in Leeds."},
+                                            {"uid": "b", "title": "Mara Okafor's diary"},
+                                            {"uid": "c", "body": "Ann Lee writes."}])
+    out = tmp_path / "out.jsonl.zst"
+    assert main(["-q", "convert", "--corpus", str(source), "--out", str(out), "--field", "text=body",
+                 "--field", "id=uid"]) == 0
+    captured = capsys.readouterr()
+    assert "wrote 2 records" in captured.out and inspect_corpus(out).manifest_digest in captured.out
+    assert "1 item(s) fit no record shape" in captured.err and "in.jsonl:2 (id 'b')" in captured.err
+    assert "diary" not in captured.err  # named by place and id, never by text
+    assert [r.id for r in load_corpus(out).records] == ["a", "c"]
+
+
+@pytest.mark.parametrize(("items", "argv", "argument", "says"), [
+    ([{"body": "x"}], ["--field", "text=content"], "--corpus", "no records"),
+    ([{"uid": "a", "body": "x"}, {"uid": "a", "body": "y"}], ["--field", "text=body", "--field", "id=uid"],
+     "--corpus", "duplicate id 'a'"),
+    ([{"body": "x"}], ["--field", "text"], "--field", "ENGINE_FIELD=SOURCE_FIELD"),
+])
+def test_a_refused_conversion_exits_2_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         items: list[object], argv: list[str], argument: str,
+                                                         says: str) -> None:
+    source = _write(tmp_path / "in.jsonl", items)
+    out = tmp_path / "out.jsonl.gz"
+    assert main(["-q", "convert", "--corpus", str(source), "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {argument}: " in err and says in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]  # no output, no partial file
+
+
+@pytest.mark.parametrize(("out", "says"), [("out.parquet", "must end in"), ("in.jsonl", "exists"),
+                                           ("missing/out.jsonl", "no such directory")])
+def test_a_bad_output_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str,
+                                        says: str) -> None:
+    source = _write(tmp_path / "in.jsonl", [{"text": "x"}])
+    assert main(["-q", "convert", "--corpus", str(source), "--out", str(tmp_path / out)]) == 2
+    err = capsys.readouterr().err
+    assert "error: --out: " in err and says in err
+    assert source.read_text(encoding="utf-8") == '{"text": "x"}\n'
+
+
+def test_a_corpus_under_other_names_points_to_convert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = _write(tmp_path / "in.jsonl", [{"content": "Mara Okafor lives in Leeds."}])
+    assert main(["-q", "build-sets", "--corpus", str(source), "--subject", "Mara Okafor",
+                 "--out", str(tmp_path / "sets")]) == 2
+    err = capsys.readouterr().err
+    assert "its fields: content" in err and "python -m unlearning convert --field text=FIELD" in err
