@@ -158,3 +158,22 @@ def test_a_corpus_under_other_names_points_to_convert(tmp_path: Path, capsys: py
                  "--out", str(tmp_path / "sets")]) == 2
     err = capsys.readouterr().err
     assert "its fields: content" in err and "python -m unlearning convert --field text=FIELD" in err
+
+
+def test_a_dolly_corpus_names_its_fields_then_converts_to_question_and_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = [{"instruction": "Summarise the note.", "context": "Mara Okafor moved to Leeds.",
+             "response": "She moved.", "category": "summarization"},
+            {"instruction": "Who runs the ferry?", "context": "", "response": "Mara Okafor.", "category": "open_qa"}]
+    source = tmp_path / "dolly.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), source)
+    assert main(["-q", "build-sets", "--corpus", str(source), "--subject", "Mara Okafor",
+                 "--out", str(tmp_path / "sets")]) == 2
+    assert "its fields: category, context, instruction, response" in capsys.readouterr().err
+    out = tmp_path / "dolly.jsonl"
+    assert main(["-q", "convert", "--corpus", str(source), "--out", str(out),
+                 "--field", "input=context", "--field", "output=response"]) == 0
+    records = load_corpus(out).records
+    assert [(r.question, r.answer) for r in records] == [
+        ("Summarise the note.\n\nMara Okafor moved to Leeds.", "She moved."), ("Who runs the ferry?", "Mara Okafor.")]

@@ -238,7 +238,7 @@ def _parse_record(path: str | Path, where: str, data: Any, default_id: str) -> R
     elif _has_alpaca_pair(data):
         raise RecordMisfit(path, where, "instruction" if data.get("instruction") is not None else "output",
                            f"a record holds one question/answer pair: '{q_name}'/'{a_name}' or "
-                           "Alpaca 'instruction'/'output', not both")
+                           "Alpaca 'instruction'/'output', not both" + _fields_of(data))
     text = _string(path, where, data, "text")
     if (question is None) != (answer is None):
         missing = a_name if answer is None else q_name
