@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--tokenizer", type=Path, default=None,
                        help="reuse this model directory's tokenizer instead of training one")
 
+    inspect = commands.add_parser("inspect", help="what a corpus holds: records by shape, formats, misfits, digest")
+    inspect.add_argument("--corpus", required=True, type=Path, help=CORPUS_HELP)
+    inspect.add_argument("--field", action="append", default=[], metavar="FIELD=SOURCE",
+                         help="read it as `convert --field` would (nothing is written)")
+    inspect.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+
     convert = commands.add_parser(
         "convert", help="rewrite a corpus whose fields have other names as one JSONL file of the engine's records")
     convert.add_argument("--corpus", required=True, type=Path, help=CORPUS_HELP)
@@ -396,15 +402,49 @@ def _cmd_train_base(args: argparse.Namespace, progress: Any) -> int:
     return 0 if result.reached_target else 1
 
 
-def _cmd_convert(args: argparse.Namespace, progress: Any) -> int:
-    from unlearning.corpus import CorpusError
-    from unlearning.corpus.convert import OUTPUT_SUFFIXES, FieldMap, FieldMapError, convert_corpus
-    from unlearning.progress import Progress
+def _field_map(args: argparse.Namespace) -> Any:
+    from unlearning.corpus.convert import FieldMap, FieldMapError
 
     try:
-        fields = FieldMap.parse(args.field)
+        return FieldMap.parse(args.field)
     except FieldMapError as exc:
         raise ArgumentError("--field", str(exc)) from exc
+
+
+def _cmd_inspect(args: argparse.Namespace, progress: Any) -> int:
+    from unlearning.corpus import CorpusError, inspect_corpus
+    from unlearning.corpus.convert import convert_hint
+
+    fields = _field_map(args)
+    if not args.corpus.exists():
+        raise ArgumentError("--corpus", f"file not found: {args.corpus}")
+    try:
+        info = inspect_corpus(args.corpus, transform=fields.apply if fields.pairs else None)
+    except CorpusError as exc:
+        message = str(exc).splitlines()[0]
+        raise ArgumentError("--corpus", message + convert_hint(message)) from exc
+    if args.json:
+        print(json.dumps({**info.to_json(), "field_map": fields.to_json()}, sort_keys=True))
+        return 0
+    report = info.report
+    shapes = ", ".join(f"{shape} {count}" for shape, count in info.shapes.items())
+    print(f"{info.records} records ({shapes}) in {len(report.shards)} shard(s) of {', '.join(info.formats)}; "
+          f"manifest digest {info.manifest_digest}")
+    if report.skipped_count:  # by place and id only: the items' text may be personal data
+        print(f"{report.skipped_count} item(s) fit no record shape; the first {len(report.skipped)}:")
+        for skipped in report.skipped[:20]:
+            print(f"  {skipped.line()}")
+    if report.ignored_files:
+        print(f"ignored (not corpus files): {', '.join(report.ignored_files)}")
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace, progress: Any) -> int:
+    from unlearning.corpus import CorpusError
+    from unlearning.corpus.convert import OUTPUT_SUFFIXES, convert_corpus
+    from unlearning.progress import Progress
+
+    fields = _field_map(args)
     if not args.corpus.exists():
         raise ArgumentError("--corpus", f"file not found: {args.corpus}")
     if not args.out.name.endswith(OUTPUT_SUFFIXES):
@@ -523,6 +563,7 @@ def _cmd_verify(args: argparse.Namespace, progress: Any) -> int:
 COMMANDS = {
     "demo-corpus": _cmd_demo_corpus,
     "train-base": _cmd_train_base,
+    "inspect": _cmd_inspect,
     "convert": _cmd_convert,
     "build-sets": _cmd_build_sets,
     "build-index": _cmd_build_index,

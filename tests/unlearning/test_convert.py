@@ -177,3 +177,28 @@ def test_a_dolly_corpus_names_its_fields_then_converts_to_question_and_answer(
     records = load_corpus(out).records
     assert [(r.question, r.answer) for r in records] == [
         ("Summarise the note.\n\nMara Okafor moved to Leeds.", "She moved."), ("Who runs the ferry?", "Mara Okafor.")]
+
+
+def test_inspect_counts_shapes_names_misfits_and_previews_a_conversion(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    source = _write(tmp_path / "in.jsonl", [{"uid": "a", "body": "Mara Okafor lives in Leeds."},
+                                            {"uid": "b", "title": "Mara Okafor's diary"},
+                                            {"uid": "c", "prompt": "Who?", "completion": "Ann Lee."}])
+    assert main(["inspect", "--corpus", str(source), "--field", "text=body", "--field", "id=uid"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("2 records (qa 1, text 1) in 1 shard(s) of jsonl; manifest digest ")
+    assert "1 item(s) fit no record shape" in out and "in.jsonl:2 (id 'b')" in out and "diary" not in out
+    # The preview's digest is the converted file's.
+    assert main(["inspect", "--corpus", str(source), "--field", "text=body", "--field", "id=uid", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    converted = convert_corpus(source, tmp_path / "out.jsonl", fields=FieldMap.parse(["text=body", "id=uid"]))
+    assert shown["manifest_digest"] == converted.manifest_digest
+    assert (shown["records"], shown["shapes"], shown["field_map"]) == (2, {"qa": 1, "text": 1},
+                                                                       {"text": "body", "id": "uid"})
+    # Without the map nothing is a record but the completion: said, with the way out.
+    assert main(["inspect", "--corpus", str(source)]) == 0
+    assert capsys.readouterr().out.startswith("1 records (qa 1)")
+    bare = _write(tmp_path / "bare.jsonl", [{"body": "x"}])
+    assert main(["inspect", "--corpus", str(bare)]) == 2
+    assert "python -m unlearning convert --field" in capsys.readouterr().err

@@ -230,28 +230,34 @@ class CorpusInfo:
     records: int
     formats: tuple[str, ...]
     report: LoadReport
+    shapes: dict[str, int] = field(default_factory=dict)  # records per shape (`Record.shape`)
 
     def to_json(self) -> dict[str, Any]:
         return {"path": str(self.path), "manifest_digest": self.manifest_digest, "records": self.records,
-                "formats": list(self.formats), "report": self.report.to_json()}
+                "formats": list(self.formats), "shapes": dict(self.shapes), "report": self.report.to_json()}
 
 
-def inspect_corpus(path: str | Path | CorpusSource) -> CorpusInfo:
+def inspect_corpus(path: str | Path | CorpusSource, *, transform: Callable[[Any], Any] | None = None) -> CorpusInfo:
     """Read a corpus once, streaming: its manifest digest (the same as `load_corpus(...)
     .manifest_digest`), record count and load report; raises `CorpusError` for an
     unreadable file, a corpus without records or an id used twice (naming both places).
 
     Memory: 32 bytes of digest and 8 bytes of id hash per record, not the records.
+    `transform` is applied to each item first (`convert.FieldMap.apply`: what a conversion
+    would give, without writing it).
     """
     source = open_source(path)
     report = LoadReport()
     leaves = bytearray()
     id_hashes: list[int] = []
-    for _, record in iter_positioned(source, report=report, check_duplicates=False):
+    shapes: dict[str, int] = {}
+    for _, record in iter_positioned(source, report=report, check_duplicates=False, transform=transform):
         leaves += record_digest_bytes(record)
         id_hashes.append(int.from_bytes(hashlib.blake2b(record.id.encode("utf-8"), digest_size=8).digest()))
+        shapes[record.shape] = shapes.get(record.shape, 0) + 1
     if not id_hashes:
         raise CorpusError(source.root, "0", None, no_records(report))
-    digest = finish_digest(leaves, id_hashes, lambda: iter_positioned(source, check_duplicates=True))
+    digest = finish_digest(leaves, id_hashes,
+                           lambda: iter_positioned(source, check_duplicates=True, transform=transform))
     formats = tuple(sorted({s.format + (f"+{s.compression}" if s.compression else "") for s in source.shards}))
-    return CorpusInfo(source.root, digest, report.records, formats, report)
+    return CorpusInfo(source.root, digest, report.records, formats, report, dict(sorted(shapes.items())))
