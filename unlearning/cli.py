@@ -458,6 +458,8 @@ def _cmd_convert(args: argparse.Namespace, progress: Any) -> int:
                               progress=lambda n: progress(Progress("records written", n, 0)))
     except CorpusError as exc:
         raise ArgumentError("--corpus", str(exc).splitlines()[0]) from exc
+    except OSError as exc:  # the output cannot be written (the source's read errors are CorpusErrors)
+        raise ArgumentError("--out", f"{args.out}: cannot be written ({exc.strerror or exc})") from exc
     report = done.report
     if report.skipped_count:
         first = report.skipped[0].line() if report.skipped else ""

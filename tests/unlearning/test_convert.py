@@ -202,3 +202,28 @@ def test_inspect_counts_shapes_names_misfits_and_previews_a_conversion(
     bare = _write(tmp_path / "bare.jsonl", [{"body": "x"}])
     assert main(["inspect", "--corpus", str(bare)]) == 2
     assert "python -m unlearning convert --field" in capsys.readouterr().err
+
+
+def test_an_output_that_cannot_be_written_exits_2_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from unlearning.corpus import convert
+
+    source = _write(tmp_path / "in.jsonl", [{"text": "x"}])
+
+    def refused(path: Path, name: str) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(convert, "_writer", refused)
+    assert main(["-q", "convert", "--corpus", str(source), "--out", str(tmp_path / "out.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "error: --out: " in err and "Permission denied" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_a_meta_integer_beyond_64_bits_is_written_and_read_back(tmp_path: Path) -> None:
+    source = _write(tmp_path / "in.jsonl", [{"body": "x", "meta": {"n": 2 ** 70}}])
+    out = tmp_path / "out.jsonl"
+    done = convert_corpus(source, out, fields=FieldMap.parse(["text=body"]))
+    assert load_corpus(out).records[0].meta == {"n": 2 ** 70}
+    assert done.manifest_digest == inspect_corpus(out).manifest_digest

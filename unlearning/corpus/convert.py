@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -135,8 +136,7 @@ def convert_corpus(source: str | Path, out: str | Path, *, fields: FieldMap | No
         with _writer(partial, target.name) as handle:
             for _, record in iter_positioned(opened, report=report, check_duplicates=False,
                                              transform=None if fields is None else fields.apply):
-                line = orjson.dumps(record.to_json(), option=orjson.OPT_SORT_KEYS)
-                handle.write(line + b"\n")
+                handle.write(_line(record.to_json(), orjson) + b"\n")
                 leaves += record_digest_bytes(record)
                 id_hashes.append(int.from_bytes(hashlib.blake2b(record.id.encode("utf-8"), digest_size=8).digest()))
                 if progress is not None and len(id_hashes) % 10_000 == 0:
@@ -149,6 +149,13 @@ def convert_corpus(source: str | Path, out: str | Path, *, fields: FieldMap | No
     finally:
         partial.unlink(missing_ok=True)
     return Converted(target, len(id_hashes), digest, report)
+
+
+def _line(data: dict[str, Any], orjson: Any) -> bytes:
+    try:
+        return bytes(orjson.dumps(data, option=orjson.OPT_SORT_KEYS))
+    except TypeError:  # an integer beyond 64 bits in some record's `meta`
+        return json.dumps(data, ensure_ascii=False, sort_keys=True).encode("utf-8")
 
 
 def _hint(mapping: Mapping[str, str] | None) -> str:
