@@ -122,6 +122,21 @@ def save_checkpoint(
     return digest
 
 
+STORED_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def stored_dtype(directory: str | Path) -> str | None:
+    """The floating-point type a checkpoint's weights are stored in, from its config
+    (`dtype`, or the older `torch_dtype`): one of `STORED_DTYPES`, else None (not said, or
+    a quantised or unusual type, which the caller leaves as it is)."""
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
+    return value if value in STORED_DTYPES else None
+
+
 def read_metadata(directory: str | Path) -> dict[str, Any]:
     """The `metadata.json` of a checkpoint, or {} when it has none (a foreign HF directory)."""
     path = Path(directory) / METADATA_FILE

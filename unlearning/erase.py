@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from unlearning import methods
-from unlearning.checkpoints import checkpoint_digest, save_checkpoint
+from unlearning.checkpoints import checkpoint_digest, save_checkpoint, stored_dtype
 from unlearning.methods.base import MethodInput
 from unlearning.methods.training import resolve_preset
 from unlearning.progress import ProgressCallback
@@ -147,6 +147,12 @@ def erase(
     )
     outcome = chosen.unlearn(model, tokenizer, data, hp, progress=progress)
     tokenizer.padding_side = "left"
+    # Stored as the parent was (a bf16 model stays bf16: trained in fp32 on a CPU, it would
+    # otherwise come back twice its size).  Verification loads what is stored, so whatever
+    # the rounding does to the erasure is what the checks see.
+    dtype = stored_dtype(model_dir)
+    if dtype is not None:
+        outcome.model.to(getattr(torch, dtype))
     metadata = {
         "method": method,
         "hparams": hp.to_json(),
@@ -158,6 +164,7 @@ def erase(
         "forget_records": len(data.forget),
         "retain_records": len(data.retain),
         "steps": outcome.steps,
+        "stored_dtype": dtype,
         "final_loss": outcome.final_loss,
         "details": outcome.details,
     }

@@ -121,3 +121,38 @@ def test_erase_rejects_unknown_methods_hyper_parameters_and_empty_sets(tiny_corp
     with pytest.raises(ValueError, match="nothing to erase"):
         erase(base, empty, method="asu", out_dir=tmp_path / "c")
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_the_candidate_is_stored_in_the_dtype_its_parent_was_stored_in(
+    tiny_corpus_dir, tiny_arch_model_dir, tmp_path, dtype
+):
+    import shutil
+
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from unlearning.checkpoints import stored_dtype
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_arch_model_dir("llama"), base)
+    AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype)).save_pretrained(base)
+    assert stored_dtype(base) == dtype
+    result = erase(base, _sets(tiny_corpus_dir), method="graddiff", out_dir=tmp_path / "out", hparams=ONE_STEP)
+    assert stored_dtype(result.out_dir) == dtype and read_metadata(result.out_dir)["stored_dtype"] == dtype
+    with safe_open(str(result.out_dir / "model.safetensors"), "pt") as weights:
+        assert {str(weights.get_tensor(k).dtype) for k in weights.keys()} == {f"torch.{dtype}"}
+    model, _ = load_model(result.out_dir, device="cpu")  # loaded for training and checks in fp32, as any
+    assert next(model.parameters()).dtype == torch.float32
+
+
+def test_a_config_without_a_float_dtype_leaves_the_weights_as_trained(tmp_path):
+    from unlearning.checkpoints import stored_dtype
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}), encoding="utf-8")
+    assert stored_dtype(tmp_path) is None
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "int8"}), encoding="utf-8")
+    assert stored_dtype(tmp_path) is None
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "float16"}), encoding="utf-8")
+    assert stored_dtype(tmp_path) == "float16"
+    assert stored_dtype(tmp_path / "missing") is None
