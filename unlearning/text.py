@@ -37,3 +37,39 @@ def normalise(text: str) -> str:
 def normalise_words(text: str) -> str:
     """The matching form with punctuation turned into spaces: words only."""
     return " ".join(_NON_WORD.sub(" ", normalise(text)).split())
+
+
+# Scripts written without spaces between words (Han, kana, Thai, Lao, Khmer, Myanmar,
+# Tibetan), and Hangul, whose particles attach to the noun before them ("김민준은"): a name
+# in such text has no word boundary around it, so matching must not ask for one next to
+# these characters (`text_matching`), and the index makes each of them a token of its own
+# (`corpus.index`).  The ranges are those of the normalised text (NFKC maps half-width kana
+# and compatibility ideographs into them).
+UNSPACED_RANGES = (
+    "\u0e00-\u0eff"  # Thai, Lao
+    "\u0f00-\u0fff"  # Tibetan
+    "\u1000-\u109f"  # Myanmar
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u1780-\u17ff"  # Khmer
+    "\u2e80-\u2fdf"  # CJK radicals
+    "\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c"  # ideographic marks and numerals
+    "\u3040-\u30ff"  # Hiragana, Katakana
+    "\u3100-\u31ff"  # Bopomofo, Hangul compatibility Jamo, Katakana extensions
+    "\u3400-\u4dbf\u4e00-\u9fff"  # CJK ideographs
+    "\ua960-\ua97f\uac00-\ud7ff"  # Hangul
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\U00020000-\U0003134f"  # CJK extensions B-H
+)
+_UNSPACED = re.compile(f"[{UNSPACED_RANGES}]")
+
+
+def unspaced(char: str) -> bool:
+    """Whether a character belongs to a script that does not separate words by spaces
+    (`UNSPACED_RANGES`): no word boundary is needed next to it."""
+    return _UNSPACED.match(char) is not None
+
+
+def has_unspaced(text: str) -> bool:
+    """Whether any character of `text` is of an unspaced script (`unspaced`)."""
+    return _UNSPACED.search(text) is not None
+

@@ -3,7 +3,11 @@
 Text and patterns go through the same normalisation (`unlearning.text.normalise`), then one
 Aho-Corasick automaton finds every pattern of every subject in a single scan;
 a hit counts only on word boundaries, so "Ann" never matches inside
-"Annabel".
+"Annabel".  Next to a character of a script written without spaces (Chinese, Japanese,
+Thai ...) or of Hangul, whose particles attach to names, no boundary is asked for
+(`text.unspaced`): "张伟" is found in "张伟住在北京" and "김민준" in "김민준은"; such a
+name is also found inside a longer name of the same script, which set building prefers
+to missing the person's records.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import ahocorasick
 
-from unlearning.text import normalise
+from unlearning.text import normalise, unspaced
 
 SEPARATOR = "\x00"
 _PHONE = re.compile(r"^\+?[\d\s().-]{6,}$")
@@ -55,9 +59,11 @@ class MultiMatcher:
         """(end offset, pattern) of every hit on word boundaries in normalised text."""
         for end, key in self._automaton.iter(norm):
             start = end - len(key) + 1
-            if key[0].isalnum() and start > 0 and norm[start - 1].isalnum():
+            if key[0].isalnum() and start > 0 and norm[start - 1].isalnum() \
+                    and not (unspaced(key[0]) or unspaced(norm[start - 1])):
                 continue
-            if key[-1].isalnum() and end + 1 < len(norm) and norm[end + 1].isalnum():
+            if key[-1].isalnum() and end + 1 < len(norm) and norm[end + 1].isalnum() \
+                    and not (unspaced(key[-1]) or unspaced(norm[end + 1])):
                 continue
             yield end, key
 

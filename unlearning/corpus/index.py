@@ -2,8 +2,9 @@
 
 What it holds, per record (one non-blank JSONL line): where the record is (shard, line,
 byte offset, length, ordinal), and the *keyed hashes* of the record's tokens, never a
-token itself.  A token is a maximal run of characters for which `str.isalnum` holds, in
-the record's normalised searchable text (`unlearning.text.normalise` of
+token itself.  A token is a maximal run of characters for which `str.isalnum` holds, or
+one character of a script written without spaces (`text.UNSPACED_RANGES`: Han, kana,
+Hangul, Thai ...), in the record's normalised searchable text (`unlearning.text.normalise` of
 `Record.searchable_text`, exactly what the reference matcher sees).  The hash is
 BLAKE2b-64 keyed with a per-deployment, per-corpus secret (`workers.scan` derives it from
 the service's blind-index key and the corpus digest), so the index is no plaintext store of
@@ -12,9 +13,10 @@ anyone's name: without the key a guessed name cannot be tested against it.
 Why a look-up finds every record the full scan finds (the candidates are a superset):
 the reference (`text_matching.MultiMatcher`) counts a key's hit only on word boundaries
 (no alphanumeric character before a key that starts with one, none after a key that ends
-with one), so each alphanumeric run of a key lands on a *whole* run of the normalised
-text: its ends are either the key's own non-alphanumeric characters or the checked
-boundaries.  A record naming a subject therefore holds every run of the key as a token,
+with one, unless one of the two is of an unspaced script), so each token of a key lands on
+a *whole* token of the normalised text: an unspaced character is a token wherever it
+stands, and a run of other alphanumeric characters ends, in key and text alike, at the
+key's own non-alphanumeric or unspaced characters or at the checked boundaries.  A record naming a subject therefore holds every run of the key as a token,
 and the intersection of the runs' postings holds the record.  The candidates are then
 re-read (by byte offset) and matched by the reference matcher, hit for hit as the scan
 does, so the sets are the scan's by construction.  A key with no alphanumeric character
@@ -93,13 +95,15 @@ from unlearning.corpus.scan import (
     scan_shard,
 )
 from unlearning.corpus.source import CorpusSource, open_source
-from unlearning.text import normalise
+from unlearning.text import UNSPACED_RANGES, normalise
 from unlearning.text_matching import SEPARATOR, MultiMatcher
 
 log = logging.getLogger(__name__)
 
-FORMAT = "corpus-index/1"
-TOKEN = re.compile(r"[^\W_]+")  # a maximal run of str.isalnum characters (re's alnum is isalnum's)
+FORMAT = "corpus-index/2"  # 2: each character of an unspaced script is a token of its own
+# An alphanumeric character of a script written without spaces (`text.UNSPACED_RANGES`), or
+# a maximal run of the other str.isalnum characters (re's alnum is isalnum's).
+TOKEN = re.compile(f"[{UNSPACED_RANGES}](?<=[^\\W_])|(?:(?![{UNSPACED_RANGES}])[^\\W_])+")
 _RAW_TOKEN = re.compile(rb"[a-z0-9]+|\n")  # the runs of a lower-cased block, and its line ends
 _COMPLEX = re.compile(rb"[\x80-\xff\\]")  # a line whose bytes are not its text verbatim
 _GROUP_HINT = re.compile(b"|".join(re.escape(f'"{name}"'.encode()) for name in GROUP_FIELDS))

@@ -15,17 +15,29 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from unlearning.text import normalise_words
+from unlearning.text import has_unspaced, normalise_words, unspaced
 
 normalise_text = normalise_words  # the answer form of the one normalisation
 
 
 def contains_value(answer: str, value: str) -> bool:
-    """True when the normalised value occurs in the normalised answer on word boundaries."""
+    """True when the normalised value occurs in the normalised answer on word boundaries,
+    none being asked for next to a character of a script written without spaces (as set
+    building matches names: "北京" is in "他住在北京。")."""
     needle = normalise_text(value)
     if not needle:
         return False
-    return f" {needle} " in f" {normalise_text(answer)} "
+    haystack = normalise_text(answer)
+    if not (has_unspaced(needle) or has_unspaced(haystack)):
+        return f" {needle} " in f" {haystack} "
+    at = haystack.find(needle)
+    while at >= 0:
+        end = at + len(needle)
+        if (at == 0 or haystack[at - 1] == " " or unspaced(needle[0]) or unspaced(haystack[at - 1])) and \
+                (end == len(haystack) or haystack[end] == " " or unspaced(needle[-1]) or unspaced(haystack[end])):
+            return True
+        at = haystack.find(needle, at + 1)
+    return False
 
 
 @dataclass(frozen=True)
