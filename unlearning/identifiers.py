@@ -39,11 +39,15 @@ from typing import Any
 
 from unlearning.corpus import Message, Record
 from unlearning.stranger_names import FAMILY_NAMES, GIVEN_NAMES
-from unlearning.text import UNSPACED_RANGES, normalise, unspaced
+from unlearning.text import BOUNDARY_AFTER, UNSPACED_RANGES, bounded, normalise
 
-EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+(?<!\.)")
+# A local part and a domain of word characters outside the unspaced scripts: an address
+# written straight after Chinese text ("邮箱kim@example.com") starts at its first Latin character.
+_LOCAL = f"(?:(?![{UNSPACED_RANGES}])[\\w.+-])"
+_DOMAIN = f"(?:(?![{UNSPACED_RANGES}])[\\w-])"
+EMAIL = re.compile(f"(?:(?<![\\w.+-])|(?<=[{UNSPACED_RANGES}])){_LOCAL}+@{_DOMAIN}+(?:\\.{_DOMAIN}+)+(?<!\\.)")
 URL = re.compile(r"\bhttps?://[^\s<>\"')]+")
-PHONE = re.compile(r"(?<![\w+])\+?\d[\d ()./-]{5,}\d(?!\w)")
+PHONE = re.compile(f"(?:(?<![\\w+])|(?<=[{UNSPACED_RANGES}]))" r"\+?\d[\d ()./-]{5,}\d" + BOUNDARY_AFTER)
 STREET = re.compile(
     r"\b\d{1,5}[a-z]?,? (?:[A-Z][\w'-]*\.? ){1,3}"
     r"(?:Street|St\.?|Road|Rd\.?|Avenue|Ave\.?|Lane|Ln\.?|Way|Drive|Dr\.?|Boulevard|Blvd\.?|"
@@ -80,9 +84,7 @@ def word_pattern(text: str) -> re.Pattern[str]:
     (`text.unspaced`).  Cached: set building for 100 subjects asks for about 1,000 of them
     per record batch, more than `re`'s own cache of 512 holds, and recompiling them took a
     tenth of a 100 MB scan."""
-    before = "" if text[:1] and unspaced(text[0]) else f"(?:(?<!\\w)|(?<=[{UNSPACED_RANGES}]))"
-    after = "" if text[-1:] and unspaced(text[-1]) else f"(?:(?!\\w)|(?=[{UNSPACED_RANGES}]))"
-    return re.compile(before + re.escape(text) + after, re.IGNORECASE)
+    return re.compile(bounded(text), re.IGNORECASE)
 
 
 def word_find(text: str, haystack: str) -> int:
@@ -712,8 +714,7 @@ def replace_spans(text: str, mapping: Mapping[str, str]) -> str:
         return text
     keys = sorted(mapping, key=len, reverse=True)
     by_fold = {k.casefold(): k for k in keys}
-    pattern = re.compile("|".join(r"(?<![\w])" + re.escape(k) + r"(?![\w])" for k in keys),
-                         re.IGNORECASE)
+    pattern = re.compile("|".join(bounded(k) for k in keys), re.IGNORECASE)
 
     def fresh(match: re.Match[str]) -> str:
         found = match.group()

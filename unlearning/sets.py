@@ -60,6 +60,7 @@ from unlearning.corpus.sampling import lowest_ranked
 from unlearning.corpus.scan import GroupKey, Hit, PoolEntry, group_key
 from unlearning.probes import PROBE_KINDS, Probe, answer_frequencies, build_probes
 from unlearning.subjects import Subject as Subject  # re-exported: callers build sets for Subjects
+from unlearning.text import BOUNDARY_AFTER, UNSPACED_RANGES, bounded
 from unlearning.text_matching import MultiMatcher
 
 SET_RULE = "sets-v3"  # the matching, grouping and retain rule above (stated in the manifest)
@@ -330,7 +331,7 @@ def _gc_paused() -> Iterator[None]:
 
 _EMAIL = re.compile(r"[^\s@<>()\[\],;:\"']+@[^\s@<>()\[\],;:\"']+\.[^\s@<>()\[\],;:\"'.]+")
 _DIGIT = re.compile(r"\d")
-_PHONE = re.compile(r"(?<![\w+])\+?\(?\d[\d ().-]{5,}\d(?!\w)")
+_PHONE = re.compile(f"(?:(?<![\\w+])|(?<=[{UNSPACED_RANGES}]))" r"\+?\(?\d[\d ().-]{5,}\d" + BOUNDARY_AFTER)
 
 
 def identifier_kinds(text: str) -> tuple[str, ...]:
@@ -366,8 +367,7 @@ def _name_sharers(subjects: Sequence[Subject], pool: Sequence[Record]) -> list[R
     found = _names_in_ascii(parts, texts)
     rest = [i for i, hit in enumerate(found) if hit is None]
     if rest:
-        pattern = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(parts)) + r")(?!\w)",
-                             re.IGNORECASE)
+        pattern = re.compile("|".join(bounded(w) for w in sorted(parts)), re.IGNORECASE)
         for i in rest:
             found[i] = pattern.search(texts[i]) is not None
     return [r for r, hit in zip(pool, found, strict=True) if hit]

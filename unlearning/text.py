@@ -73,3 +73,18 @@ def has_unspaced(text: str) -> bool:
     """Whether any character of `text` is of an unspaced script (`unspaced`)."""
     return _UNSPACED.search(text) is not None
 
+
+# Word boundaries that a character of an unspaced script does not need (`unspaced`): before
+# a key, no word character unless it is such a character; after it, the same.
+BOUNDARY_BEFORE = f"(?:(?<!\\w)|(?<=[{UNSPACED_RANGES}]))"
+BOUNDARY_AFTER = f"(?:(?!\\w)|(?=[{UNSPACED_RANGES}]))"
+
+
+def bounded(key: str) -> str:
+    """A regular expression for `key` as a whole word, the rule set building matches names
+    by (`text_matching`): no boundary is asked for next to a character of an unspaced
+    script, on the key's side or the text's."""
+    before = "" if key[:1] and unspaced(key[0]) else BOUNDARY_BEFORE
+    after = "" if key[-1:] and unspaced(key[-1]) else BOUNDARY_AFTER
+    return before + re.escape(key) + after
+

@@ -134,3 +134,31 @@ def test_a_leaked_value_is_seen_in_an_answer_without_spaces(answer: str, value: 
     from unlearning.verification.leakage import contains_value
 
     assert contains_value(answer, value) is leaked
+
+
+def test_identifiers_written_straight_after_chinese_text_are_found_whole() -> None:
+    from unlearning.identifiers import EMAIL, PHONE
+
+    assert [m.group() for m in EMAIL.finditer("联系邮箱kim.lee@mail.example是他的")] == ["kim.lee@mail.example"]
+    assert [m.group() for m in EMAIL.finditer("mail kim@example.com.")] == ["kim@example.com"]
+    assert [m.group() for m in PHONE.finditer("电话是13800138000。")] == ["13800138000"]
+    assert [m.group() for m in PHONE.finditer("ref x1234567y")] == []
+
+
+def test_a_stranger_copy_replaces_a_chinese_name_inside_a_sentence() -> None:
+    # The membership and latent checks compare a subject's records with the same records
+    # about strangers: a copy that kept the subject's name made every comparison a tie
+    # (Min-K%++ AUC exactly 0.5 for a base that had memorised the person).
+    from unlearning.identifiers import replace_spans
+
+    assert replace_spans("我昨天见到了张伟，他住在北京。", {"张伟": "李娜"}) == "我昨天见到了李娜，他住在北京。"
+    assert replace_spans("Annabel met Ann.", {"Ann": "Zoë"}) == "Annabel met Zoë."
+
+
+def test_bounded_asks_for_no_boundary_next_to_an_unspaced_character() -> None:
+    import re
+
+    from unlearning.text import bounded
+
+    assert re.search(bounded("张伟"), "见到了张伟。") and re.search(bounded("Ann"), "Ann在上海")
+    assert not re.search(bounded("Ann"), "Annabel") and not re.search(bounded("Ann"), "JoAnn")

@@ -79,6 +79,7 @@ from unlearning.identifiers import (
 from unlearning.methods.base import Batch, collate, max_positions, sequence_mean
 from unlearning.prompting import Example, encode_record, pad_id_of
 from unlearning.subjects import Subject
+from unlearning.text import bounded
 
 logger = logging.getLogger(__name__)
 
@@ -307,7 +308,7 @@ def _occurrences(text: str, keys: Sequence[str]) -> list[tuple[int, int, str]]:
     if not keys:
         return []
     ordered = sorted(keys, key=len, reverse=True)
-    pattern = re.compile("|".join(r"(?<![\w])" + re.escape(k) + r"(?![\w])" for k in ordered), re.IGNORECASE)
+    pattern = re.compile("|".join(bounded(k) for k in ordered), re.IGNORECASE)
     return [(m.start(), m.end(), m.group()) for m in pattern.finditer(text)]
 
 

@@ -40,6 +40,7 @@ from unlearning.modeling import check_same_tokenizer, default_device, load_model
 from unlearning.probes import Probe
 from unlearning.progress import ProgressCallback, ProgressTracker
 from unlearning.prompting import encode_record, text_ids
+from unlearning.text import bounded
 
 from .attacks.prompt_pressure import pressure_probes
 from .attacks.quantization import quantised4_copy, quantised_copy
@@ -286,7 +287,7 @@ def _span_tokens(example: Any, spans: Sequence[str]) -> list[int]:
     for span in spans:
         if not span:
             continue
-        for match in re.finditer(r"(?<![\w])" + re.escape(span.casefold()) + r"(?![\w])", lowered):
+        for match in re.finditer(bounded(span.casefold()), lowered):
             tokens.update(i - 1 for i in example.tokens_in(match.start(), match.end()) if i >= 1)
     return sorted(tokens)
 
