@@ -39,7 +39,14 @@ from typing import Any
 
 from unlearning.corpus import Message, Record
 from unlearning.stranger_names import FAMILY_NAMES, GIVEN_NAMES
-from unlearning.text import BOUNDARY_AFTER, UNSPACED_RANGES, bounded, normalise
+from unlearning.text import (
+    BOUNDARY_AFTER,
+    UNSPACED_RANGES,
+    bounded,
+    has_unspaced,
+    normalise,
+    unspaced,
+)
 
 # A local part and a domain of word characters outside the unspaced scripts: an address
 # written straight after Chinese text ("邮箱kim@example.com") starts at its first Latin character.
@@ -58,13 +65,20 @@ DATE = re.compile(
     r"\b(?:\d{1,2} (?:January|February|March|April|May|June|July|August|September|October|"
     r"November|December) \d{4}|\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}/\d{2,4})\b"
 )
-NUMBER = re.compile(r"(?<![\w.])\d{4,}(?![\w])")
+NUMBER = re.compile(f"(?:(?<![\\w.])|(?<=[{UNSPACED_RANGES}]))" r"\d{4,}" + BOUNDARY_AFTER)
 _CAPITALISED = re.compile(r"\b[A-Z][a-z]{2,}\b")
 
 # Order matters: a street address contains a number, an e-mail address a name.
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("email", EMAIL), ("url", URL), ("street", STREET), ("date", DATE), ("phone", PHONE),
     ("number", NUMBER),
+)
+# The same patterns for a text without a character of an unspaced script, where they match
+# exactly what the patterns above match, 30 % faster (no look-around for those characters).
+_SPACED_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("email", re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+(?<!\.)")), ("url", URL), ("street", STREET),
+    ("date", DATE), ("phone", re.compile(r"(?<![\w+])\+?\d[\d ()./-]{5,}\d(?!\w)")),
+    ("number", re.compile(r"(?<![\w.])\d{4,}(?![\w])")),
 )
 IDENTIFIER_KINDS = ("name", "name_part", "email", "phone", "url", "street", "date", "number", "identifier")
 
@@ -78,12 +92,15 @@ class Span:
 
 
 @functools.lru_cache(maxsize=16384)
-def word_pattern(text: str) -> re.Pattern[str]:
+def word_pattern(text: str, unspaced_text: bool = True) -> re.Pattern[str]:
     """`text` as a whole word, case-insensitive; next to a character of a script written
     without spaces no boundary is asked for, as set building's matcher does
-    (`text.unspaced`).  Cached: set building for 100 subjects asks for about 1,000 of them
+    (`text.unspaced`).  `unspaced_text=False` (neither the key nor the text searched has
+    such a character) gives the plain boundaries, which then match the same, faster.  Cached: set building for 100 subjects asks for about 1,000 of them
     per record batch, more than `re`'s own cache of 512 holds, and recompiling them took a
     tenth of a 100 MB scan."""
+    if not unspaced_text:  # neither key nor text has an unspaced character: plain boundaries, faster
+        return re.compile(r"(?<![\w])" + re.escape(text) + r"(?![\w])", re.IGNORECASE)
     return re.compile(bounded(text), re.IGNORECASE)
 
 
@@ -95,8 +112,21 @@ def word_find(text: str, haystack: str) -> int:
     a quarter of set building's time for 100 subjects.  A match spans `len(text)`
     characters either way (`re` folds case one character to one)."""
     if not (text.isascii() and haystack.isascii()):
-        match = word_pattern(text).search(haystack)
-        return -1 if match is None else match.start()
+        if not (has_unspaced(text) or has_unspaced(haystack)):
+            match = word_pattern(text, False).search(haystack)
+            return -1 if match is None else match.start()
+        # `word_pattern(text)`'s rule, its boundaries looked at here: the pattern's classes of
+        # unspaced characters cost milliseconds to compile, the bare text almost nothing.
+        bare, at = _bare_pattern(text), 0
+        while (found := bare.search(haystack, at)) is not None:
+            start, end = found.span()
+            if (start == 0 or not _ascii_word(haystack[start - 1]) or unspaced(text[0])
+                    or unspaced(haystack[start - 1])) and \
+                    (end == len(haystack) or not _ascii_word(haystack[end]) or unspaced(text[-1])
+                     or unspaced(haystack[end])):
+                return start
+            at = start + 1
+        return -1
     needle, lowered = text.lower(), haystack.lower()
     at = lowered.find(needle)
     while at >= 0:
@@ -105,6 +135,11 @@ def word_find(text: str, haystack: str) -> int:
             return at
         at = lowered.find(needle, at + 1)
     return -1
+
+
+@functools.lru_cache(maxsize=16384)
+def _bare_pattern(text: str) -> re.Pattern[str]:
+    return re.compile(re.escape(text), re.IGNORECASE)
 
 
 def occurs_as_word(text: str, haystack: str) -> bool:
@@ -144,7 +179,7 @@ def pattern_spans(texts: Iterable[str]) -> list[Span]:
     found: list[Span] = []
     for text in texts:
         taken: list[tuple[int, int]] = []
-        for kind, pattern in PATTERNS:
+        for kind, pattern in (PATTERNS if has_unspaced(text) else _SPACED_PATTERNS):
             for match in pattern.finditer(text):
                 if any(s < match.end() and match.start() < e for s, e in taken):
                     continue

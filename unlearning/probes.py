@@ -47,7 +47,7 @@ from unlearning.identifiers import (
     word_find,
     word_pattern,
 )
-from unlearning.text import normalise
+from unlearning.text import has_unspaced, normalise
 
 if TYPE_CHECKING:
     from unlearning.subjects import Subject
@@ -219,7 +219,7 @@ def record_values(record: Record, subject: Subject | None,
 
 
 def _replace_name(text: str, name: str, alias: str) -> str | None:
-    replaced, count = word_pattern(name).subn(lambda _: alias, text)
+    replaced, count = word_pattern(name, has_unspaced(name) or has_unspaced(text)).subn(lambda _: alias, text)
     return replaced if count else None
 
 

@@ -162,3 +162,39 @@ def test_bounded_asks_for_no_boundary_next_to_an_unspaced_character() -> None:
 
     assert re.search(bounded("张伟"), "见到了张伟。") and re.search(bounded("Ann"), "Ann在上海")
     assert not re.search(bounded("Ann"), "Annabel") and not re.search(bounded("Ann"), "JoAnn")
+
+
+def test_the_fast_patterns_for_spaced_text_match_what_the_unspaced_aware_ones_match() -> None:
+    # Text without an unspaced character takes the plain patterns (faster): the same matches.
+    import re
+
+    from tests.scan_fixtures import FILLER as LATIN_FILLER
+    from tests.scan_fixtures import TRAPS as LATIN_TRAPS
+    from unlearning.identifiers import _SPACED_PATTERNS, PATTERNS, word_pattern
+    from unlearning.text import has_unspaced
+
+    rng = random.Random(3)
+    extra = ["mail kim.lee+x@mail-1.example.org.", "a@b.c", "call +44 (20) 7946-0123 now", "id 123456789",
+             "x1234567y", "born 1998, 12 May 2001", "12 Kiln Close", "2024-01-02", "..k@x.io", "tel:5550199321"]
+    texts = [" ".join(rng.choice(LATIN_TRAPS + LATIN_FILLER + extra) for _ in range(rng.randint(1, 5)))
+             for _ in range(400)]
+    texts = [t for t in texts if not has_unspaced(t)]
+    for text in texts:
+        for (kind, aware), (_, plain) in zip(PATTERNS, _SPACED_PATTERNS, strict=True):
+            assert [m.span() for m in aware.finditer(text)] == [m.span() for m in plain.finditer(text)], (kind, text)
+        for key in ("Ann", "Mara Okafor", "Zoë", "kim@example.com", "+44 20 7946 0123"):
+            assert [m.span() for m in word_pattern(key, True).finditer(text)] == \
+                [m.span() for m in word_pattern(key, False).finditer(text)], (key, text)
+    assert re.search(word_pattern("张伟", True), "见到了张伟。")
+
+
+def test_word_find_follows_word_patterns_rule_in_unspaced_text() -> None:
+    from unlearning.identifiers import word_find, word_pattern
+
+    rng = random.Random(9)
+    pieces = ["张伟", "张", "伟华", "Ann", "ann", "Lee", "김민준", "은", " ", "。", "x", "_", "AnnAnn", "Zoë", "ß", "SS"]
+    for _ in range(500):
+        haystack = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        for key in ("张伟", "Ann", "김민준", "Lee", "Zoë", "ann lee"):
+            match = word_pattern(key).search(haystack)
+            assert word_find(key, haystack) == (-1 if match is None else match.start()), (key, haystack)
