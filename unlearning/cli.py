@@ -164,11 +164,12 @@ def _model_dir(argument: str, path: Path, *, causal_lm: bool = True) -> Path:
     before the corpus is read."""
     if not path.is_dir():
         raise ArgumentError(argument, f"not a directory: {path}")
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     from unlearning.modeling import (
         ModelLoadError,
         check_causal_lm,
+        load_tokenizer,
         model_format,
         remote_code_allowed,
     )
@@ -180,7 +181,7 @@ def _model_dir(argument: str, path: Path, *, causal_lm: bool = True) -> Path:
         else:
             # Remote code only where `auto_map` names a module of this directory, as `load_model`.
             AutoConfig.from_pretrained(path, trust_remote_code=remote_code_allowed(path))
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_tokenizer(path)
         if causal_lm:
             model_format(path, tokenizer)
     except PromptFormatError as exc:

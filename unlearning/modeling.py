@@ -260,14 +260,62 @@ _SAMPLE_TEXT = "Question: Who is Ann Lee-Ørsted? Answer: ann.lee@mail.example, 
 _SPECIAL = ("bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token")
 
 
+# Tokenised both ways by `load_tokenizer`: digit runs, CJK, accents, spaces, tabs and newlines,
+# where the pre-tokenizers of the common families part.
+_PIPELINE_SAMPLE = ("Ann Lee-Ørsted, born 1987 in Zürich: +44 20 7946 0958 (ext. 123)\n"
+                    "王梅明是哪一年出生的？1966年。  Ümlaut\tdouble  space's 3.14 ٣٤٥")
+
+_WARNED_TOKENIZERS: set[Path] = set()  # said once per directory and process
+
+
+def load_tokenizer(directory: str | Path) -> Any:
+    """The directory's tokenizer, tokenising as its `tokenizer.json` was saved.
+
+    transformers 5 takes the tokenizer class from the model's type where the saved
+    configuration names only the generic backend, and a family's class (Qwen2Tokenizer,
+    GPT2Tokenizer, LlamaTokenizer ...) rebuilds its own pre-tokenizer over the saved
+    vocabulary.  A tokenizer of another design saved beside such a model then loads as a
+    different one: a byte-level BPE that keeps digit runs whole, saved beside a Qwen2
+    config, came back splitting every digit, so each year and phone number the model had
+    learnt as "196" + "6" was read as "1" "9" "6" "6" (tokens it had never been trained on:
+    11 nats on a memorised digit), and every loss on them pulled the model off its own
+    answers (docs/methods.md, "A Chinese corpus").  Where the loaded tokenizer and the
+    saved file tokenise `_PIPELINE_SAMPLE` differently, the file is what the model was
+    trained with: it is loaded as saved (`PreTrainedTokenizerFast`, with the directory's
+    special tokens and chat template), and a warning says so.  No `tokenizer.json` (a slow
+    tokenizer) or the same ids: the loaded one, unchanged.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    directory = Path(directory)
+    with quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    saved = directory / "tokenizer.json"
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not saved.is_file():
+        return tokenizer
+    from tokenizers import Tokenizer
+
+    try:
+        as_saved = Tokenizer.from_file(str(saved))
+    except Exception:  # noqa: BLE001 - a file the tokenizers library cannot read: the class decides
+        return tokenizer
+    if (backend.encode(_PIPELINE_SAMPLE, add_special_tokens=False).ids
+            == as_saved.encode(_PIPELINE_SAMPLE, add_special_tokens=False).ids):
+        return tokenizer
+    if directory.resolve() not in _WARNED_TOKENIZERS:
+        _WARNED_TOKENIZERS.add(directory.resolve())
+        logger.warning("%s: transformers' %s tokenises differently from the saved tokenizer.json; "
+                       "using tokenizer.json as saved", directory.name, type(tokenizer).__name__)
+    with quiet_transformers():
+        return PreTrainedTokenizerFast.from_pretrained(directory, local_files_only=True)
+
+
 def _tokenizer_and_format(directory: Path) -> tuple[Any, PromptFormat] | None:
     """The directory's tokenizer (its pad fallback as `load_model` sets it) and prompt format,
     or None where the tokenizer does not load (loading the model then names why)."""
-    from transformers import AutoTokenizer
-
     try:
-        with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        tokenizer = load_tokenizer(directory)
     except (OSError, ValueError, KeyError):
         return None
     if tokenizer.pad_token_id is None:
@@ -340,7 +388,7 @@ def load_model(
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
     from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     directory = Path(path)
     if directory.is_symlink() or not (directory / "config.json").is_file():
@@ -356,7 +404,7 @@ def load_model(
                 AutoModelForCausalLM, directory, attn_implementation,
                 trust_remote_code=trust_remote_code, local_files_only=True, dtype=dtype,
             )
-            tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+            tokenizer = load_tokenizer(directory)
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         # SafetensorError (a damaged weights file) is no OSError: named here, or it is a traceback.
         reason = (str(exc).splitlines() or [""])[0]

@@ -240,11 +240,10 @@ def train_base(
 def _tokenizer_for(data: Corpus, settings: TrainPreset, style: str, given: Any) -> Any:
     if given is not None:
         if isinstance(given, str | Path):
-            from transformers import AutoTokenizer
-
+            from unlearning.modeling import load_tokenizer
             from unlearning.prompting import read_format
 
-            loaded = AutoTokenizer.from_pretrained(given)
+            loaded = load_tokenizer(given)
             fmt = read_format(given)
             return attach_format(loaded, fmt) if fmt is not None else loaded
         return given

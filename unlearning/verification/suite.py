@@ -836,10 +836,10 @@ def _tokenizer_of(directory: str | Path) -> Any:
     """The models' tokenizer (strangers' names are matched to the subject's in its tokens), or
     None where it does not load: loading the model itself then says why."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from transformers import AutoTokenizer
+    from unlearning.modeling import load_tokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(Path(directory), local_files_only=True)
+        return load_tokenizer(directory)
     except (OSError, ValueError, KeyError):
         return None
 
