@@ -46,6 +46,7 @@ from unlearning.text import (
     has_unspaced,
     normalise,
     unspaced,
+    word_regex,
 )
 
 # A local part and a domain of word characters outside the unspaced scripts: an address
@@ -749,7 +750,7 @@ def replace_spans(text: str, mapping: Mapping[str, str]) -> str:
         return text
     keys = sorted(mapping, key=len, reverse=True)
     by_fold = {k.casefold(): k for k in keys}
-    pattern = re.compile("|".join(bounded(k) for k in keys), re.IGNORECASE)
+    pattern = word_regex(keys, text)
 
     def fresh(match: re.Match[str]) -> str:
         found = match.group()

@@ -60,7 +60,7 @@ from unlearning.corpus.sampling import lowest_ranked
 from unlearning.corpus.scan import GroupKey, Hit, PoolEntry, group_key
 from unlearning.probes import PROBE_KINDS, Probe, answer_frequencies, build_probes
 from unlearning.subjects import Subject as Subject  # re-exported: callers build sets for Subjects
-from unlearning.text import BOUNDARY_AFTER, UNSPACED_RANGES, bounded, has_unspaced
+from unlearning.text import BOUNDARY_AFTER, UNSPACED_RANGES, has_unspaced, word_regex
 from unlearning.text_matching import MultiMatcher
 
 SET_RULE = "sets-v3"  # the matching, grouping and retain rule above (stated in the manifest)
@@ -369,19 +369,9 @@ def _name_sharers(subjects: Sequence[Subject], pool: Sequence[Record]) -> list[R
     found = _names_in_ascii(parts, texts)
     rest = [i for i, hit in enumerate(found) if hit is None]
     if rest:
-        # Plain boundaries where neither the text nor a part has an unspaced character (the
-        # same matches, several times faster than the per-part look-arounds of `bounded`).
-        plain = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(parts)) + r")(?!\w)",
-                           re.IGNORECASE)
-        aware: re.Pattern[str] | None = None  # compiled only where needed (the classes are large)
-        parts_unspaced = any(has_unspaced(w) for w in parts)
+        keys = tuple(sorted(parts))
         for i in rest:
-            pattern = plain
-            if parts_unspaced or has_unspaced(texts[i]):
-                if aware is None:
-                    aware = re.compile("|".join(bounded(w) for w in sorted(parts)), re.IGNORECASE)
-                pattern = aware
-            found[i] = pattern.search(texts[i]) is not None
+            found[i] = word_regex(keys, texts[i]).search(texts[i]) is not None
     return [r for r, hit in zip(pool, found, strict=True) if hit]
 
 

@@ -10,8 +10,10 @@ for a value (a leak), so "Lisbon." and "lisbon" are the same word.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from collections.abc import Iterable
 
 _COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 _TRANSLITERATE = str.maketrans({
@@ -87,4 +89,29 @@ def bounded(key: str) -> str:
     before = "" if key[:1] and unspaced(key[0]) else BOUNDARY_BEFORE
     after = "" if key[-1:] and unspaced(key[-1]) else BOUNDARY_AFTER
     return before + re.escape(key) + after
+
+
+def word_regex(keys: Iterable[str], text: str = "") -> re.Pattern[str]:
+    """Any of `keys` as a whole word, case-insensitively, the rule of `bounded`, compiled for
+    searching `text`: where neither a key nor `text` has a character of an unspaced script,
+    the plain boundaries `(?<!\\w)` and `(?!\\w)`, which then match the same (the unspaced
+    alternative of each look-around needs such a character), and compile in microseconds
+    where the large classes of the unspaced ranges take milliseconds.  A key is tried
+    before a shorter one (longest first), so "Ann Lee" wins over "Ann".  Cached."""
+    ordered, keys_unspaced = _ordered_keys(tuple(keys))
+    return _word_regex(ordered, keys_unspaced or has_unspaced(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ordered_keys(keys: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+    """The keys longest first, and whether any has an unspaced character: once per key set."""
+    ordered = tuple(sorted(set(keys), key=lambda k: (-len(k), k)))
+    return ordered, any(has_unspaced(k) for k in ordered)
+
+
+@functools.lru_cache(maxsize=4096)
+def _word_regex(keys: tuple[str, ...], aware: bool) -> re.Pattern[str]:
+    if aware:
+        return re.compile("|".join(bounded(k) for k in keys), re.IGNORECASE)
+    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(k) for k in keys) + r")(?!\w)", re.IGNORECASE)
 

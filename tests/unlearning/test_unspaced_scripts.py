@@ -198,3 +198,33 @@ def test_word_find_follows_word_patterns_rule_in_unspaced_text() -> None:
         for key in ("张伟", "Ann", "김민준", "Lee", "Zoë", "ann lee"):
             match = word_pattern(key).search(haystack)
             assert word_find(key, haystack) == (-1 if match is None else match.start()), (key, haystack)
+
+
+@pytest.mark.parametrize("text", [
+    "Ann Lee met ann lee-smith and ANN at Ann's; Annabel Lee and xAnn Lee_ do not count.",
+    "Ørsted, ØRSTED and Ørstedt; ann.lee@mail.example is Ann Lee's; _Ann 1Ann",
+    "张伟住在北京，Ann Lee 在东京; 김민준은 Ann이다",
+    "",
+])
+def test_one_whole_word_pattern_matches_as_the_rule_of_bounded_with_or_without_unspaced_text(text: str) -> None:
+    import re
+
+    from unlearning.text import bounded, word_regex
+
+    keys = ["Ann", "Ann Lee", "Ørsted", "张伟", "김민준", "Lee"]
+    ruled = re.compile("|".join(bounded(k) for k in sorted(keys, key=len, reverse=True)), re.IGNORECASE)
+    mine = word_regex(keys, text)
+    assert [m.span() for m in mine.finditer(text)] == [m.span() for m in ruled.finditer(text)]
+    latin = [k for k in keys if k.isascii() or k == "Ørsted"]
+    assert [m.span() for m in word_regex(latin, text).finditer(text)] == \
+        [m.span() for m in re.compile("|".join(bounded(k) for k in sorted(latin, key=len, reverse=True)),
+                                      re.IGNORECASE).finditer(text)]
+
+
+def test_the_whole_word_pattern_takes_the_longer_key_and_the_plain_form_where_nothing_is_unspaced() -> None:
+    from unlearning.text import UNSPACED_RANGES, word_regex
+
+    assert word_regex(["Ann", "Ann Lee"], "x").search("Ann Lee left").group() == "Ann Lee"
+    assert UNSPACED_RANGES not in word_regex(["Ann"], "Ann Lee").pattern
+    assert UNSPACED_RANGES in word_regex(["Ann"], "张伟 Ann").pattern
+    assert word_regex(["张伟"], "Ann").pattern == "张伟"  # no boundary asked for either side

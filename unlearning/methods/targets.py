@@ -79,7 +79,7 @@ from unlearning.identifiers import (
 from unlearning.methods.base import Batch, collate, max_positions, sequence_mean
 from unlearning.prompting import Example, encode_record, pad_id_of
 from unlearning.subjects import Subject
-from unlearning.text import bounded
+from unlearning.text import word_regex
 
 logger = logging.getLogger(__name__)
 
@@ -307,9 +307,7 @@ def tempering_supported(model: nn.Module) -> bool:
 def _occurrences(text: str, keys: Sequence[str]) -> list[tuple[int, int, str]]:
     if not keys:
         return []
-    ordered = sorted(keys, key=len, reverse=True)
-    pattern = re.compile("|".join(bounded(k) for k in ordered), re.IGNORECASE)
-    return [(m.start(), m.end(), m.group()) for m in pattern.finditer(text)]
+    return [(m.start(), m.end(), m.group()) for m in word_regex(keys, text).finditer(text)]
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from unlearning.identifiers import (
     replace_spans,
 )
 from unlearning.probes import Probe, answer_frequencies, derive_value, probes_for, record_values
-from unlearning.text import bounded, normalise_words
+from unlearning.text import normalise_words, word_regex
 
 from .leakage import contains_value
 from .settings import VerifySettings
@@ -255,7 +255,7 @@ def _contexts(record: Record, subject: Any, person: str,
 
 
 def _find(text: str, value: str) -> int | None:
-    match = re.search(bounded(value), text, re.IGNORECASE)
+    match = word_regex((value,), text).search(text)
     return match.start() if match else None
 
 

@@ -40,7 +40,7 @@ from unlearning.modeling import check_same_tokenizer, default_device, load_model
 from unlearning.probes import Probe
 from unlearning.progress import ProgressCallback, ProgressTracker
 from unlearning.prompting import encode_record, text_ids
-from unlearning.text import bounded
+from unlearning.text import word_regex
 
 from .attacks.prompt_pressure import pressure_probes
 from .attacks.quantization import quantised4_copy, quantised_copy
@@ -280,14 +280,12 @@ def _perplexity(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> float:
 
 def _span_tokens(example: Any, spans: Sequence[str]) -> list[int]:
     """Indices (into the scores of tokens 1..) of the tokens inside the record's identifying spans."""
-    import re
-
     tokens: set[int] = set()
     lowered = example.text.casefold()
     for span in spans:
         if not span:
             continue
-        for match in re.finditer(bounded(span.casefold()), lowered):
+        for match in word_regex((span.casefold(),), lowered).finditer(lowered):
             tokens.update(i - 1 for i in example.tokens_in(match.start(), match.end()) if i >= 1)
     return sorted(tokens)
 
