@@ -279,11 +279,12 @@ def load_tokenizer(directory: str | Path) -> Any:
     config, came back splitting every digit, so each year and phone number the model had
     learnt as "196" + "6" was read as "1" "9" "6" "6" (tokens it had never been trained on:
     11 nats on a memorised digit), and every loss on them pulled the model off its own
-    answers (docs/methods.md, "A Chinese corpus").  Where the loaded tokenizer and the
-    saved file tokenise `_PIPELINE_SAMPLE` differently, the file is what the model was
-    trained with: it is loaded as saved (`PreTrainedTokenizerFast`, with the directory's
-    special tokens and chat template), and a warning says so.  No `tokenizer.json` (a slow
-    tokenizer) or the same ids: the loaded one, unchanged.
+    answers (docs/methods.md, "A Chinese corpus").  Where a tokenizer saved by a generic
+    object (`_saved_as_generic`) loads as a family's class that tokenises `_PIPELINE_SAMPLE`
+    differently from the file, the file is what the model was trained with: it is loaded
+    as saved (`PreTrainedTokenizerFast`, with the directory's special tokens and chat
+    template), and a warning says so.  No `tokenizer.json` (a slow tokenizer), a family
+    class named by the saved configuration, or the same ids: the loaded one, unchanged.
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -292,7 +293,7 @@ def load_tokenizer(directory: str | Path) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     saved = directory / "tokenizer.json"
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or not saved.is_file():
+    if backend is None or not saved.is_file() or not _saved_as_generic(directory):
         return tokenizer
     from tokenizers import Tokenizer
 
@@ -309,6 +310,23 @@ def load_tokenizer(directory: str | Path) -> Any:
                        "using tokenizer.json as saved", directory.name, type(tokenizer).__name__)
     with quiet_transformers():
         return PreTrainedTokenizerFast.from_pretrained(directory, local_files_only=True)
+
+
+# The classes of a tokenizer saved as its `tokenizer.json` alone, with no family's rules.
+_GENERIC_TOKENIZERS = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
+
+
+def _saved_as_generic(directory: Path) -> bool:
+    """Whether the directory's tokenizer was saved by a generic tokenizer object (its
+    `tokenizer_config.json` names no family class): then its `tokenizer.json` is all there is
+    to how it tokenised.  A family's class that saved itself wrote its own rules into that
+    file, and a model trained through it was trained on what the class does."""
+    try:
+        config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    named = config.get("tokenizer_class") if isinstance(config, dict) else None
+    return named is None or named in _GENERIC_TOKENIZERS
 
 
 def _tokenizer_and_format(directory: Path) -> tuple[Any, PromptFormat] | None:

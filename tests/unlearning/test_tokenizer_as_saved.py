@@ -104,3 +104,27 @@ def test_the_swap_is_said_once_per_directory(tmp_path: Path, caplog: pytest.LogC
         load_tokenizer(out)
     said = [r.getMessage() for r in caplog.records if "tokenizer.json as saved" in r.getMessage()]
     assert len(said) == 1 and "Qwen2Tokenizer" in said[0]
+
+
+def test_a_tokenizer_saved_by_its_family_class_keeps_that_class(tmp_path: Path) -> None:
+    # Saved by Qwen2Tokenizer itself (what a model trained through that class ships), the
+    # class's rules are the model's, even if the file were edited to other ones.
+    import json
+
+    import transformers as T
+    from transformers import AutoTokenizer
+
+    from unlearning.demo.tokenizer import train_tokenizer
+    from unlearning.modeling import load_tokenizer
+
+    tokenizer = train_tokenizer(TEXTS, vocab_size=400, style="qwen2")
+    out = tmp_path / "qwen2-class"
+    T.Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=2, vocab_size=len(tokenizer)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "Qwen2Tokenizer"
+    (out / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    by_class = AutoTokenizer.from_pretrained(out)
+    assert type(by_class).__name__ == "Qwen2Tokenizer" and _ids(by_class) != _ids(tokenizer)
+    assert _ids(load_tokenizer(out)) == _ids(by_class)
