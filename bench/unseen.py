@@ -39,8 +39,10 @@ PETS = ("a tortoise", "two cats", "a parrot", "a greyhound")
 PROJECTS = ("Aurora", "Basalt", "Cobalt", "Driftwood", "Ember", "Fennel", "Granite", "Harbor")
 # The first six probed 2026-12-05; a mixture of experts, a state-space model (no attention) and a
 # recurrent hybrid added 2026-12-06.
+# Qwen2 added 2026-12-06: transformers gives it the Qwen2Tokenizer class, which rebuilt the
+# pre-tokenizer of any tokenizer saved beside it (`modeling.load_tokenizer`).
 ARCHITECTURES = ("qwen3", "stablelm", "phi3", "gpt_bigcode", "gemma", "gptj", "mixtral", "mamba",
-                 "recurrent_gemma")
+                 "recurrent_gemma", "qwen2")
 TOKENIZERS = ("unigram", "wordpiece")
 PEOPLE, CONTROLS, SUBJECT = 24, 6, 3
 
@@ -129,6 +131,7 @@ def config(arch: str, tok: Any, hidden: int = 96) -> Any:
               "num_attention_heads": 4, "max_position_embeddings": 256, **ids}
     builders = {
         "qwen3": lambda: T.Qwen3Config(num_key_value_heads=2, head_dim=24, **common),
+        "qwen2": lambda: T.Qwen2Config(num_key_value_heads=2, **common),
         "stablelm": lambda: T.StableLmConfig(num_key_value_heads=4, **common),
         "phi3": lambda: T.Phi3Config(num_key_value_heads=4, **common),
         "gemma": lambda: T.GemmaConfig(num_key_value_heads=1, head_dim=24, **common),
