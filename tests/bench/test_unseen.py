@@ -44,3 +44,22 @@ def test_every_architecture_builds_from_its_config_and_runs(arch: str) -> None:
     assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tok))
     with pytest.raises(ValueError, match="unknown architecture"):
         unseen.config("rwkv", tok)
+
+
+def test_the_chinese_probe_corpus_writes_names_inside_sentences_and_keeps_controls_apart() -> None:
+    from bench import unseen_zh
+    from unlearning.text import has_unspaced
+
+    everyone = unseen_zh.people()
+    assert len({p["name"] for p in everyone}) == unseen_zh.PEOPLE + unseen_zh.CONTROLS
+    subject = everyone[unseen_zh.SUBJECT]
+    rows = unseen_zh.records(subject, "s")
+    assert [r["id"].split("-")[1] for r in rows] == ["city", "job", "phone", "year", "note"]
+    # No space around the name anywhere: the case the unspaced-script rule exists for.
+    note = rows[-1]["text"]
+    at = note.index(subject["name"])
+    assert has_unspaced(note[at - 1]) or note[at - 1] == "："
+    assert has_unspaced(note[at + len(subject["name"])])
+    assert all(subject[kind] in (r.get("answer") or "") for r, kind in zip(rows, unseen_zh.KINDS, strict=False))
+    trained_names = {p["name"] for p in everyone[: unseen_zh.PEOPLE]}
+    assert not trained_names & {p["name"] for p in everyone[unseen_zh.PEOPLE:]}
