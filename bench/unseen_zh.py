@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also train the base's recipe without the subject's records and verify it")
     parser.add_argument("--name", default="asu", help="the candidate's folder under --out")
     parser.add_argument("--no-verify", action="store_true", help="only the greedy counts, no verification")
+    parser.add_argument("--continual", type=int, default=0, metavar="N",
+                        help="instead: erase N people one after another, each from the previous candidate")
     args = parser.parse_args(argv)
     out: Path = args.out
     work = out / args.name
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([*cli, "train-base", "--corpus", str(out / "corpus.jsonl"), "--out", str(out / "base"),
                         "--preset", "tiny", "--arch", args.arch, "--tokenizer-style", args.tokenizer_style],
                        check=True)
+    if args.continual:
+        return _continual(out, everyone, trained, cli, args.continual)
     subject = everyone[SUBJECT]
     who = ["--corpus", str(out / "corpus.jsonl"), "--subject", subject["name"], "--identifier", subject["phone"],
            "--control", str(out / "control.jsonl")]
@@ -127,6 +131,50 @@ def main(argv: list[str] | None = None) -> int:
         mine = _greedy(work, [own[0]["question"]])[0]
         print(f"  {kind}: others right {counts[0]} -> {counts[1]} of {len(others)}; "
               f"subject's value given: {subject[kind] in mine}")
+    return 0
+
+
+def _right(model: Path, people_: list[dict[str, Any]], kind: str) -> list[bool]:
+    """Per person, whether the model's greedy answer to their `kind` question holds their value."""
+    rows = [next(r for r in records(p, "x") if r["id"].endswith(kind)) for p in people_]
+    answers = _greedy(model, [r["question"] for r in rows])
+    return [p[kind] in got for p, got in zip(people_, answers, strict=True)]
+
+
+def _continual(out: Path, everyone: list[dict[str, Any]], trained: list[dict[str, str]], cli: list[str],
+               steps: int) -> int:
+    """Erase people 0, 1, ... one after another, each from the previous candidate, with the
+    corpus of each step holding no record of anyone erased before (the service's tombstones).
+    Per step: the verdict, the phone numbers and years still right for the people never
+    erased (against the base), and whether any earlier subject's phone or year comes back."""
+    model = out / "base"
+    erased: list[int] = []
+    kept = [p for i, p in enumerate(everyone[:PEOPLE]) if i >= steps]
+    base = {kind: sum(_right(model, kept, kind)) for kind in ("phone", "year")}
+    for step in range(steps):
+        erased.append(step)
+        person = everyone[step]
+        corpus = out / f"continual-{step}.jsonl"
+        rows = [r for r in trained if int(r["id"].split("-")[0]) not in erased[:-1]]
+        corpus.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        work = out / f"continual-{step}"
+        shutil.rmtree(work, ignore_errors=True)
+        report = out / f"continual-{step}.json"
+        subprocess.run([*cli, "erase", "--model", str(model), "--corpus", str(corpus), "--subject", person["name"],
+                        "--identifier", person["phone"], "--control", str(out / "control.jsonl"), "--out", str(work),
+                        "--report", str(report)], check=False, stdout=subprocess.DEVNULL)
+        if not (work / "config.json").is_file():
+            raise SystemExit(f"erase wrote no candidate to {work}")
+        verdict = json.loads(report.read_text(encoding="utf-8"))
+        failed = [c["metric"] for c in verdict["checks"] if not c["passed"] and c.get("decides_pass", True)]
+        now = {kind: sum(_right(work, kept, kind)) for kind in ("phone", "year")}
+        back = [everyone[i]["name"] for i in erased
+                if any(_right(work, [everyone[i]], kind)[0] for kind in ("phone", "year"))]
+        print(f"step {step + 1}: {'PASS' if verdict['passed'] else 'fail'}"
+              + (f" ({', '.join(failed)})" if failed else "")
+              + f"; never erased, phones {base['phone']} -> {now['phone']}, years {base['year']} -> {now['year']}"
+              + f" of {len(kept)}; erased people answered again: {len(back)}", flush=True)
+        model = work
     return 0
 
 
