@@ -269,7 +269,8 @@ _COMMON_ESCALATION = {
         # (docs/methods.md, "A teacher that follows the student").  A value still answered,
         # or whole records still more familiar than strangers', is the same teacher's doing
         # where the base learnt the subject's own phrasing (measured on plain QA: OPT person
-        # 3's greedy leakage, Qwen2 person 3's zlib AUC 0.762; both pass with these settings).
+        # 3's greedy leakage, cured by these settings; Qwen2 person 3's zlib AUC 0.762 was a
+        # tokenizer loaded unlike the model's training, and passes at once since).
         # Not for the identifying spans: on the demo the refresh left names more familiar.
         settings={prefix: {"teacher_refresh": 50, "stranger_anchor": True}
                   for prefix in ("attack.relearn", "leakage.forget", "mia.auc", "mia.zlib_auc")},
