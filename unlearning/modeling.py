@@ -329,6 +329,30 @@ def _saved_as_generic(directory: Path) -> bool:
     return named is None or named in _GENERIC_TOKENIZERS
 
 
+def whole_tokens(tokenizer: Any, subjects: Sequence[Any]) -> list[int]:
+    """Per subject, how many of its names, aliases and identifiers the tokenizer holds as one
+    vocabulary token (written alone or after a space).
+
+    A tokenizer trained on the corpus learns a string that recurs in it as a token of its
+    own: a person's name written without spaces ("马娜伟", measured on a Chinese corpus) or
+    a recurring handle.  The vocabulary, saved in the checkpoint's `tokenizer.json`, then
+    holds the person's identifier in plain text, which no change to the weights removes, and
+    to a model retrained without the person their records read as more familiar than a
+    stranger's (one token to pay for where a stranger's name takes several).  The verifier
+    notes it; nothing here decides a check."""
+    out = []
+    for subject in subjects:
+        strings = [p for p in getattr(subject, "patterns", lambda: ())() if len(p.strip()) >= 2]
+        held = 0
+        for text in strings:
+            for written in (text, " " + text):
+                if len(tokenizer(written, add_special_tokens=False)["input_ids"]) == 1:
+                    held += 1
+                    break
+        out.append(held)
+    return out
+
+
 def _tokenizer_and_format(directory: Path) -> tuple[Any, PromptFormat] | None:
     """The directory's tokenizer (its pad fallback as `load_model` sets it) and prompt format,
     or None where the tokenizer does not load (loading the model then names why)."""

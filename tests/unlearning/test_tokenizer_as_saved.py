@@ -128,3 +128,18 @@ def test_a_tokenizer_saved_by_its_family_class_keeps_that_class(tmp_path: Path) 
     by_class = AutoTokenizer.from_pretrained(out)
     assert type(by_class).__name__ == "Qwen2Tokenizer" and _ids(by_class) != _ids(tokenizer)
     assert _ids(load_tokenizer(out)) == _ids(by_class)
+
+
+def test_a_name_the_tokenizer_learnt_whole_is_counted_per_subject() -> None:
+    from unlearning.demo.tokenizer import train_tokenizer
+    from unlearning.modeling import whole_tokens
+    from unlearning.subjects import Subject
+
+    texts = ["王梅明住在北京。王梅明是一名医生。王梅明的电话号码是13076661934。"] * 20 + TEXTS
+    tokenizer = train_tokenizer(texts, vocab_size=400, style="qwen2")
+    assert len(tokenizer("王梅明", add_special_tokens=False)["input_ids"]) == 1  # what makes the case
+    subjects = [Subject("王梅明", identifiers=("13076661934", "13000000000")),
+                Subject("Ann Lee-Ørsted", aliases=("A",)), Subject("李明华")]
+    # The learnt name and the learnt phone number (this style keeps digit runs whole) count; a
+    # number it never met, a spaced Latin name, a one-letter alias and an unmet name do not.
+    assert whole_tokens(tokenizer, subjects) == [2, 0, 0]

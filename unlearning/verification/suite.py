@@ -36,7 +36,7 @@ import numpy as np
 
 from unlearning.corpus import Corpus, Record
 from unlearning.identifiers import replace_spans
-from unlearning.modeling import check_same_tokenizer, default_device, load_model
+from unlearning.modeling import check_same_tokenizer, default_device, load_model, whole_tokens
 from unlearning.probes import Probe
 from unlearning.progress import ProgressCallback, ProgressTracker
 from unlearning.prompting import encode_record, text_ids
@@ -873,8 +873,16 @@ def verify(
     device = device or default_device()
     started = time.perf_counter()
     timings: dict[str, float] = {}
+    tokenizer = _tokenizer_of(base_dir)
     bank, notes = build_bank(sets, control=control, corpus=corpus, heldout=heldout, settings=s, seed=seed,
-                             tokenizer=_tokenizer_of(base_dir))
+                             tokenizer=tokenizer)
+    held = whole_tokens(tokenizer, sets.subjects) if tokenizer is not None else []
+    for index, count in enumerate(held, start=1):
+        if count:
+            notes.append(f"subject #{index}: {count} of its names or identifiers is a single token of the "
+                         "tokenizer's vocabulary (tokenizer.json holds it in plain text, which erasing the "
+                         "weights does not remove; membership checks may read the subject as familiar even "
+                         "to a model retrained without them: read them beside an oracle)")
     timings["probes"] = time.perf_counter() - started
     families = 5 + (4 if s.attacks else 0)  # leakage, latent, mia, utility, fluency (+ 4 attacks)
     tracker = ProgressTracker(progress, stage="verify", total=1 + families)
@@ -890,6 +898,8 @@ def verify(
     clock = _Clock(tracker, "")
     clock.done = 1
     metrics = _run_families(cand, base, bank, s, seed, clock)
+    if held:  # reported, never judged (`modeling.whole_tokens`)
+        metrics["tokenizer.subject_whole_tokens"] = float(sum(held))
     unmeasured = dict(clock.unmeasured)
 
     guarantee = "weights"
