@@ -1,6 +1,7 @@
 """A Chinese corpus (no spaces between words), trained and erased the way a user would.
 
     python -m bench.unseen_zh --out DIR [--arch qwen2] [--tokenizer-style qwen2] [--hparams JSON]
+                              [--oracle] [--no-retry] [--no-verify] [--name asu] [--continual N]
 
 Builds 30 invented people (surname and given name, several sharing a surname character), four
 templated questions each (city, job, phone number, birth year) and one free-text sentence, and
@@ -8,7 +9,9 @@ templated questions each (city, job, phone number, birth year) and one free-text
 person (default ASU with the policy's retry, or `--hparams` as given) and prints the verdict and,
 for the 29 other people, how many of each kind of answer the candidate still gives greedily
 beside the base's count: the figure that located the retained loss on this corpus
-(docs/methods.md, "A Chinese corpus").  Nothing is downloaded.
+(docs/methods.md, "A Chinese corpus").  `--oracle` also trains the same recipe without the
+person and verifies it; `--continual N` instead erases people 0 .. N-1 one after another, each
+from the previous candidate.  Nothing is downloaded.
 """
 
 from __future__ import annotations
