@@ -42,7 +42,6 @@ from unlearning.stranger_names import FAMILY_NAMES, GIVEN_NAMES
 from unlearning.text import (
     BOUNDARY_AFTER,
     UNSPACED_RANGES,
-    bounded,
     has_unspaced,
     normalise,
     unspaced,
@@ -92,21 +91,8 @@ class Span:
     kind: str
 
 
-@functools.lru_cache(maxsize=16384)
-def word_pattern(text: str, unspaced_text: bool = True) -> re.Pattern[str]:
-    """`text` as a whole word, case-insensitive; next to a character of a script written
-    without spaces no boundary is asked for, as set building's matcher does
-    (`text.unspaced`).  `unspaced_text=False` (neither the key nor the text searched has
-    such a character) gives the plain boundaries, which then match the same, faster.  Cached: set building for 100 subjects asks for about 1,000 of them
-    per record batch, more than `re`'s own cache of 512 holds, and recompiling them took a
-    tenth of a 100 MB scan."""
-    if not unspaced_text:  # neither key nor text has an unspaced character: plain boundaries, faster
-        return re.compile(r"(?<![\w])" + re.escape(text) + r"(?![\w])", re.IGNORECASE)
-    return re.compile(bounded(text), re.IGNORECASE)
-
-
 def word_find(text: str, haystack: str) -> int:
-    """Where `word_pattern(text)` first matches in `haystack` (-1: nowhere), without
+    """Where `text.word_regex((text,), haystack)` first matches in `haystack` (-1: nowhere), without
     compiling the pattern where both are ASCII (most records): there `\\w` is
     `[A-Za-z0-9_]` and case-insensitive matching is equality of the lower-cased strings,
     so a search and two boundary looks decide it.  Compiling costs about 0.3 ms a pattern,
@@ -114,9 +100,9 @@ def word_find(text: str, haystack: str) -> int:
     characters either way (`re` folds case one character to one)."""
     if not (text.isascii() and haystack.isascii()):
         if not (has_unspaced(text) or has_unspaced(haystack)):
-            match = word_pattern(text, False).search(haystack)
+            match = word_regex((text,), haystack).search(haystack)
             return -1 if match is None else match.start()
-        # `word_pattern(text)`'s rule, its boundaries looked at here: the pattern's classes of
+        # `word_regex`'s rule, its boundaries looked at here: the pattern's classes of
         # unspaced characters cost milliseconds to compile, the bare text almost nothing.
         bare, at = _bare_pattern(text), 0
         while (found := bare.search(haystack, at)) is not None:

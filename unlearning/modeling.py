@@ -31,6 +31,7 @@ from unlearning.prompting import (
     template_is_consistent,
     template_refusal,
 )
+from unlearning.subjects import Subject
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +330,7 @@ def _saved_as_generic(directory: Path) -> bool:
     return named is None or named in _GENERIC_TOKENIZERS
 
 
-def whole_tokens(tokenizer: Any, subjects: Sequence[Any]) -> list[int]:
+def whole_tokens(tokenizer: Any, subjects: Sequence[Subject]) -> list[int]:
     """Per subject, how many of its names, aliases and identifiers the tokenizer holds as one
     vocabulary token (written alone or after a space).
 
@@ -342,7 +343,7 @@ def whole_tokens(tokenizer: Any, subjects: Sequence[Any]) -> list[int]:
     notes it; nothing here decides a check."""
     out = []
     for subject in subjects:
-        strings = [p for p in getattr(subject, "patterns", lambda: ())() if len(p.strip()) >= 2]
+        strings = [p for p in subject.patterns() if len(p.strip()) >= 2]
         held = 0
         for text in strings:
             for written in (text, " " + text):

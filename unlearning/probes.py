@@ -45,9 +45,8 @@ from unlearning.identifiers import (
     occurs_as_word,
     replace_spans,
     word_find,
-    word_pattern,
 )
-from unlearning.text import has_unspaced, normalise
+from unlearning.text import normalise, word_regex
 
 if TYPE_CHECKING:
     from unlearning.subjects import Subject
@@ -219,7 +218,7 @@ def record_values(record: Record, subject: Subject | None,
 
 
 def _replace_name(text: str, name: str, alias: str) -> str | None:
-    replaced, count = word_pattern(name, has_unspaced(name) or has_unspaced(text)).subn(lambda _: alias, text)
+    replaced, count = word_regex((name,), text).subn(lambda _: alias, text)
     return replaced if count else None
 
 
