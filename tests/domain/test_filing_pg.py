@@ -287,3 +287,41 @@ def test_a_filing_committing_its_own_transaction_chains_names_earlier_ones_and_r
     finally:
         engine.dispose()
         drop_database(url)
+
+
+def test_a_committing_filing_runs_its_first_statement_on_a_generic_plan_and_the_setting_ends_with_it() -> None:
+    """PostgreSQL re-planned the filing's first statement on every call (its generic plan
+    reckons with ten blind-index digests, so it always looked dearer than a custom one):
+    the committing filing forces the prepared statement's generic plan for its own
+    transaction only.  Counted from pg_prepared_statements, not timed."""
+    from sqlalchemy import text
+
+    url = fresh_database_url("erasure_filing_plans")
+    engine = make_engine(url, pool_size=1, max_overflow=0)  # one connection: its prepared statements
+
+    def file(name: str, *, commit: bool) -> None:
+        with session_scope(engine) as session:
+            request_submission(session, actor=SUBMITTER, name=name, ground="17(1)(b)",
+                               received_at=datetime(2026, 11, 2, tzinfo=UTC), model_name="first",
+                               now=datetime(2026, 11, 3, tzinfo=UTC), commit=commit)
+            # The filing's transaction is over (committed) or still the caller's: either way
+            # the caller's next statement plans as the connection always did.
+            assert session.execute(text("SHOW plan_cache_mode")).scalar_one() == "auto"
+
+    try:
+        with session_scope(engine) as session:
+            session.add(Model(name="first", description=""))
+        for i in range(12):  # psycopg prepares a statement on its sixth execution
+            file(f"Subject {i}", commit=True)
+        with engine.connect() as connection:
+            plans = connection.execute(text(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE 'WITH model AS%'")).one()
+        assert plans.generic_plans >= 6 and plans.custom_plans == 0, plans
+        file("Subject in a caller's transaction", commit=False)
+        with session_scope(engine) as session:
+            assert audit_verify(session).ok
+            assert session.execute(select(func.count()).select_from(ErasureRequest)).scalar_one() == 13
+    finally:
+        engine.dispose()
+        drop_database(url)
