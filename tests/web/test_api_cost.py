@@ -69,14 +69,12 @@ def test_filing_a_request_runs_each_domain_statement_once_and_reads_nothing_back
     assert body["status"] == "submitted" and body["job"] is None and body["model"] == model_name
     # The model with the next reference number and the blind-index matches; the chain
     # head FOR UPDATE; the request with its index rows; the event with the head's move;
-    # and the transaction's own BEGIN, its generic-plan setting and COMMIT, sent in the
-    # same pipeline.
-    assert len(statements) == 7 and (statements[0], statements[-1]) == ("BEGIN", "COMMIT"), statements
-    assert statements[1] == "SET LOCAL plan_cache_mode = force_generic_plan", statements
+    # and the transaction's own BEGIN and COMMIT, sent in the same pipeline.
+    assert len(statements) == 6 and (statements[0], statements[-1]) == ("BEGIN", "COMMIT"), statements
     assert sum("FROM subject_index WHERE hmac" in s for s in statements) == 1
     # The first statement reads the earlier requests the blind index matched (none here);
     # nothing reads the new row back.
-    assert not any("FROM erasure_requests" in s for s in statements[3:]), "a row was read back"
+    assert not any("FROM erasure_requests" in s for s in statements[2:]), "a row was read back"
 
 
 def test_filing_a_request_awaits_the_database_twice(client: Any, make_user: Any, model_name: str) -> None:
@@ -102,7 +100,7 @@ def test_filing_a_request_awaits_the_database_twice(client: Any, make_user: Any,
             assert _file(client, token, model_name, f"Trips {uuid.uuid4().hex[:8]}").status_code == 201
     finally:
         BasePipeline._enqueue_sync = original  # type: ignore[method-assign]
-    assert len(syncs) == 2 and len(statements) == 7, (len(syncs), statements)
+    assert len(syncs) == 2 and len(statements) == 6, (len(syncs), statements)
     driver = domain_engine().raw_connection()
     try:  # the pooled connection went back in its ordinary (transactional) mode
         assert driver.driver_connection.autocommit is False  # type: ignore[union-attr]
