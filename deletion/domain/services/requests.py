@@ -273,7 +273,7 @@ def _submission_pg(
     own = commit and driver.info.transaction_status == pq.TransactionStatus.IDLE
     prefix = f"ER-{now.year}"
     # A name is always filed, so there is always a digest (a NULL would stand for none).
-    digests = [digest for _, digest in entries] or [None]
+    digests: list[str | None] = [digest for _, digest in entries] or [None]
     statement = start_text = _pg_start(len(digests))
     try:
         if own:
