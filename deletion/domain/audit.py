@@ -159,14 +159,18 @@ def _next_event(head_seq: int, head_hash: str, *, actor: str, action: str, objec
 # request filing sends its statements in two pipelined round trips): lock the head with
 # AUDIT_HEAD_LOCK_PG, then hand the row it returned to ``audit_append_pg``.
 AUDIT_HEAD_LOCK_PG = "SELECT seq, hash FROM chain_heads WHERE name = %s FOR UPDATE"
-# The event and the head's move as one statement (the row first, then the head).
-_PG_APPEND = ("WITH event AS (INSERT INTO audit_events (seq, at, actor, action, object_type, object_ref, "
-              "details, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)) "
-              "UPDATE chain_heads SET seq = %s, hash = %s WHERE name = %s")
+# The event and the head's move as two data-modifying CTEs, for a caller's own statement to
+# carry: the API's filing sends them with its request's INSERT, a statement fewer to send,
+# bind and execute while the head's lock is held.  PostgreSQL runs a data-modifying CTE to
+# completion whether or not the statement reads it.
+AUDIT_APPEND_PG_CTES = (
+    "event AS (INSERT INTO audit_events (seq, at, actor, action, object_type, object_ref, details, "
+    "prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)), "
+    "head AS (UPDATE chain_heads SET seq = %s, hash = %s WHERE name = %s)"
+)
 
 
 def audit_append_pg(
-    cursor: Any,
     *,
     head: tuple[int, str],
     actor: str,
@@ -175,21 +179,21 @@ def audit_append_pg(
     object_ref: str,
     details: Mapping[str, Any] | None = None,
     at: datetime | None = None,
-) -> int:
-    """``audit_append`` through a psycopg cursor of the caller's transaction, which already
-    holds the audit head's lock (``head`` is the (seq, hash) that AUDIT_HEAD_LOCK_PG
-    returned, read in this transaction).  The event and the head move are sent, not
-    awaited: in a pipeline, their errors surface at the caller's next sync.  Returns the
-    event's seq, not the ORM object the other ``audit_append`` returns: building it cost its
-    one caller (the API's filing, inside the head's lock) more than hashing the event did.
-    The caller logs the event with ``audit_logged`` once the database has taken it (the log
-    line cost more than the hash too, and the head's lock need not wait for it)."""
+) -> tuple[int, tuple[Any, ...]]:
+    """``audit_append`` for a caller that talks to the driver itself in a transaction that
+    already holds the audit head's lock (``head`` is the (seq, hash) that AUDIT_HEAD_LOCK_PG
+    returned, read in this transaction): the event's seq, and the parameters of
+    AUDIT_APPEND_PG_CTES, which the caller sends in a statement of its own (in a pipeline,
+    their errors surface at its next sync).  No ORM object, as the other ``audit_append``
+    returns: building it cost its one caller (the API's filing, inside the head's lock) more
+    than hashing the event did.  The caller logs the event with ``audit_logged`` once the
+    database has taken it (the log line cost more than the hash too, and the head's lock
+    need not wait for it)."""
     values = _next_event(head[0], head[1], actor=actor, action=action, object_type=object_type,
                          object_ref=object_ref, details=details, at=at)
-    cursor.execute(_PG_APPEND, (
+    return int(values["seq"]), (
         values["seq"], values["at"].astimezone(UTC), actor, action, object_type, object_ref,
-        values["details"], values["prev_hash"], values["hash"], values["seq"], values["hash"], AUDIT_CHAIN))
-    return int(values["seq"])
+        values["details"], values["prev_hash"], values["hash"], values["seq"], values["hash"], AUDIT_CHAIN)
 
 
 def audit_logged(*, actor: str, action: str, object_type: str, object_ref: str, seq: int) -> None:

@@ -68,9 +68,10 @@ def test_filing_a_request_runs_each_domain_statement_once_and_reads_nothing_back
     body = response.json()
     assert body["status"] == "submitted" and body["job"] is None and body["model"] == model_name
     # The model with the next reference number and the blind-index matches; the chain
-    # head FOR UPDATE; the request with its index rows; the event with the head's move;
-    # and the transaction's own BEGIN and COMMIT, sent in the same pipeline.
-    assert len(statements) == 6 and (statements[0], statements[-1]) == ("BEGIN", "COMMIT"), statements
+    # head FOR UPDATE; the request with its index rows, its audit event and the head's
+    # move; and the transaction's own BEGIN and COMMIT, sent in the same pipeline.
+    assert len(statements) == 5 and (statements[0], statements[-1]) == ("BEGIN", "COMMIT"), statements
+    assert "INSERT INTO audit_events" in statements[3] and "UPDATE chain_heads" in statements[3], statements
     assert sum("FROM subject_index WHERE hmac" in s for s in statements) == 1
     # The first statement reads the earlier requests the blind index matched (none here);
     # nothing reads the new row back.
@@ -100,7 +101,7 @@ def test_filing_a_request_awaits_the_database_twice(client: Any, make_user: Any,
             assert _file(client, token, model_name, f"Trips {uuid.uuid4().hex[:8]}").status_code == 201
     finally:
         BasePipeline._enqueue_sync = original  # type: ignore[method-assign]
-    assert len(syncs) == 2 and len(statements) == 6, (len(syncs), statements)
+    assert len(syncs) == 2 and len(statements) == 5, (len(syncs), statements)
     driver = domain_engine().raw_connection()
     try:  # the pooled connection went back in its ordinary (transactional) mode
         assert driver.driver_connection.autocommit is False  # type: ignore[union-attr]
