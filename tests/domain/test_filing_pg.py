@@ -325,3 +325,63 @@ def test_the_filings_first_statement_runs_on_its_generic_plan() -> None:
     finally:
         engine.dispose()
         drop_database(url)
+
+
+class _RecordingGate:
+    """Stands in for the process's filing gate: counts acquisitions and releases; answers
+    ``granted`` to each acquire (False: the bounded wait ran out)."""
+
+    def __init__(self, granted: bool = True) -> None:
+        self.granted, self.acquired, self.released = granted, 0, 0
+        self.timeouts: list[float] = []
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.acquired += 1
+        self.timeouts.append(timeout)
+        return self.granted
+
+    def release(self) -> None:
+        self.released += 1
+
+
+def test_a_filing_of_its_own_transaction_passes_the_process_gate_and_leaves_it_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Filings that run their own transaction go to the database one at a time per process
+    (they serialize on the counter and head locks there anyway); the gate is released after
+    a refused filing too, a filing in a caller's transaction never takes it, and a wait that
+    runs out files all the same, without the gate."""
+    from deletion.domain.services import requests as requests_module
+
+    url = fresh_database_url("erasure_filing_gate")
+    engine = make_engine(url)
+
+    def file(name: str, *, commit: bool = True, model_name: str = "first") -> object:
+        with session_scope(engine) as session:
+            return request_submission(session, actor=SUBMITTER, name=name, ground="17(1)(b)",
+                                      received_at=datetime(2026, 11, 2, tzinfo=UTC), model_name=model_name,
+                                      now=datetime(2026, 11, 3, tzinfo=UTC), commit=commit)
+
+    try:
+        with session_scope(engine) as session:
+            session.add(Model(name="first", description=""))
+        real = requests_module._FILING_GATE
+        gate = _RecordingGate()
+        monkeypatch.setattr(requests_module, "_FILING_GATE", gate)
+        file("Mara Okafor")
+        with pytest.raises(ValidationError):
+            file("Someone Else", model_name="no-such-model")
+        assert (gate.acquired, gate.released) == (2, 2)
+        assert gate.timeouts == [requests_module.FILING_GATE_WAIT_S] * 2
+        file("In A Callers Transaction", commit=False)
+        assert (gate.acquired, gate.released) == (2, 2)
+        busy = _RecordingGate(granted=False)
+        monkeypatch.setattr(requests_module, "_FILING_GATE", busy)
+        file("Filed Past A Busy Gate")
+        assert (busy.acquired, busy.released) == (1, 0)
+        with session_scope(engine) as session:
+            assert session.execute(select(func.count()).select_from(ErasureRequest)).scalar_one() == 3
+            assert audit_verify(session).ok
+        assert not real.locked()
+    finally:
+        engine.dispose()
+        drop_database(url)
