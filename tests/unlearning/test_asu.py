@@ -96,7 +96,7 @@ def test_the_compressed_target_keeps_the_actual_token_and_sums_to_one():
 
 
 
-def _textbook_kl(dist, logits, mask, next_ids=None, token_weight=0.0):
+def _textbook_kl(dist, logits, mask, next_ids=None, token_weight=0.0, gap="logprob"):
     """KL(target || student) straight from the definition: the student's full log-softmax,
     the target's top-k plus one tail bucket where it is compressed."""
     student = F.log_softmax(logits[mask], dim=-1)
@@ -112,7 +112,10 @@ def _textbook_kl(dist, logits, mask, next_ids=None, token_weight=0.0):
         p = teacher.exp()
         term = torch.where(p > 0, p * (teacher - mine), torch.zeros_like(p)).sum()
         if token_weight:
-            term = term + token_weight * (student[i, next_ids[mask][i]] - dist.actual[i]).square()
+            mine, theirs = student[i, next_ids[mask][i]], dist.actual[i]
+            if gap == "logodds":
+                mine, theirs = log_odds(mine), log_odds(theirs)
+            term = term + token_weight * (mine - theirs).square()
         per.append(term)
     full = torch.zeros(mask.shape)
     full[mask] = torch.stack(per)
@@ -134,14 +137,31 @@ def test_the_kl_is_the_textbook_kl_in_value_and_gradient(vocab, topk):
     dist = compress(teacher, topk, next_ids[mask][:, None])
     logits = (torch.randn(3, 7, vocab) * 3 + 7).requires_grad_(True)
     reference = logits.detach().clone().requires_grad_(True)
-    for weight in (0.0, 1.5):
-        fast = kl_to_target(dist, logits, mask, next_ids=next_ids, token_weight=weight)
-        slow = _textbook_kl(dist, reference, mask, next_ids=next_ids, token_weight=weight)
+    for weight, gap in ((0.0, "logprob"), (1.5, "logprob"), (1.5, "logodds")):
+        fast = kl_to_target(dist, logits, mask, next_ids=next_ids, token_weight=weight, token_gap=gap)
+        slow = _textbook_kl(dist, reference, mask, next_ids=next_ids, token_weight=weight, gap=gap)
         assert fast.item() == pytest.approx(slow.item(), rel=1e-5)
         grad, = torch.autograd.grad(fast, logits)
         expected, = torch.autograd.grad(slow, reference)
         assert torch.allclose(grad, expected, atol=1e-6, rtol=1e-4)
         assert float(grad.abs().sum()) > 0
+
+
+def test_the_log_probabilities_at_chosen_tokens_have_the_gradient_of_a_log_softmax():
+    # `_LogProbsAt` writes its own backward pass; torch's numerical check of it, with dense
+    # weights (one of them zero: a token the target rules out) and without.
+    from unlearning.methods.targets import _LogProbsAt
+
+    torch.manual_seed(5)
+    rows = (torch.randn(4, 9, dtype=torch.float64) * 3).requires_grad_(True)
+    weights = torch.rand(4, 9, dtype=torch.float64)
+    weights[:, 0] = 0.0
+    columns = torch.randint(0, 9, (4, 3))
+    assert torch.autograd.gradcheck(lambda r: _LogProbsAt.apply(r, weights, columns), (rows,))
+    assert torch.autograd.gradcheck(lambda r: _LogProbsAt.apply(r, None, columns)[1], (rows,))
+    dense, chosen = _LogProbsAt.apply(rows, weights, columns)
+    logq = F.log_softmax(rows, dim=-1)
+    assert torch.allclose(dense, (weights * logq).sum(-1)) and torch.allclose(chosen, logq.gather(-1, columns))
 
 
 def test_the_retained_records_nll_at_their_positions_is_the_full_nll_masked():
