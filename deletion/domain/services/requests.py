@@ -222,12 +222,12 @@ _PG_START_TEXTS: dict[int, str] = {}
 # threads filed 595-790 a second against 420-700 (4 runs each, under varying load from
 # other work), PostgreSQL spent 0.60-0.64 ms of CPU a filing against 0.75-0.89, and the
 # 99th percentile of a filing's time fell from 51-99 ms to 21-32 ms (the median went from
-# 6-12 to 10-13 ms: the wait moved from the database to the gate).  Only a filing's own transaction is gated: it begins and ends inside, so the
-# gate is never held with a lock left in the database, nor awaited by a thread that holds
-# one.  The wait is bounded: a filing for one model can wait in PostgreSQL while the
-# certifier holds that model's row (FOR UPDATE, while it checks the candidate's files),
-# which filings for other models need not; past FILING_GATE_WAIT_S they go on to the
-# database as they did before the gate.
+# 6-12 to 10-13 ms: the wait moved from the database to the gate).  Only a filing's own
+# transaction is gated: it begins and ends inside, so the gate is never held with a lock
+# left in the database, nor awaited by a thread that holds one.  The wait is bounded: a
+# filing for one model can wait in PostgreSQL while the certifier holds that model's row
+# (FOR UPDATE, while it checks the candidate's files), which filings for other models need
+# not; past FILING_GATE_WAIT_S they go on to the database as they did before the gate.
 _FILING_GATE = threading.Lock()
 FILING_GATE_WAIT_S = 0.5
 
