@@ -36,6 +36,7 @@ from unlearning.methods.targets import (
     most_typical,
     plan_targets,
     position_logprobs,
+    position_outputs,
     targets_from_plans,
 )
 from unlearning.modeling import generate_answers, load_model
@@ -162,6 +163,21 @@ def test_the_log_probabilities_at_chosen_tokens_have_the_gradient_of_a_log_softm
     dense, chosen = _LogProbsAt.apply(rows, weights, columns)
     logq = F.log_softmax(rows, dim=-1)
     assert torch.allclose(dense, (weights * logq).sum(-1)) and torch.allclose(chosen, logq.gather(-1, columns))
+
+
+def test_batches_by_length_give_each_example_what_it_gets_alone(tiny_corpus_dir, tiny_base_model_dir):
+    # `position_outputs` runs the examples in batches of similar lengths: every example must
+    # still get its own rows, in the caller's order, as if it ran alone.
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    examples = encode_all(tokenizer, list(load_corpus(tiny_corpus_dir / "corpus.jsonl").records)[:9])
+    lengths = [len(e) for e in examples]
+    assert lengths != sorted(lengths)  # the order is not already by length
+    batched, states = position_outputs(model, tokenizer, examples, batch_size=4, states=True)
+    for example, rows, state in zip(examples, batched, states, strict=True):
+        alone, alone_states = position_outputs(model, tokenizer, [example], batch_size=1, states=True)
+        assert rows.shape == alone[0].shape == (len(example) - 1, rows.shape[1])
+        assert torch.allclose(rows, alone[0], atol=1e-4)
+        assert torch.allclose(state, alone_states[0], atol=1e-4)
 
 
 def test_the_retained_records_nll_at_their_positions_is_the_full_nll_masked():

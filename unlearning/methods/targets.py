@@ -320,24 +320,34 @@ def position_outputs(
     model.eval()
     pad = pad_id_of(tokenizer)
     device = next(model.parameters()).device
-    logprob_out: list[torch.Tensor] = []
-    state_out: list[torch.Tensor] = []
+    logprob_out: list[torch.Tensor | None] = [None] * len(examples)
+    state_out: list[torch.Tensor | None] = [None] * len(examples)
     context = attention_temperature(model, tau) if tau != 1.0 else contextlib.nullcontext()
     try:
         with context:
-            for start in range(0, len(examples), batch_size):
-                chunk = list(examples[start : start + batch_size])
+            for rows in by_length(examples, batch_size):
+                chunk = [examples[i] for i in rows]
                 batch = collate(chunk, pad, list(range(len(chunk)))).to(device)
                 out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                             output_hidden_states=states)
                 logprobs = F.log_softmax(out.logits[:, :-1].float(), dim=-1)
-                logprob_out.extend(logprobs[b, : len(e) - 1].cpu() for b, e in enumerate(chunk))
+                for b, (i, e) in enumerate(zip(rows, chunk, strict=True)):
+                    logprob_out[i] = logprobs[b, : len(e) - 1].cpu()
                 if states:
                     stacked = torch.stack([h.float() for h in out.hidden_states[1:]], dim=1)
-                    state_out.extend(stacked[b, :, : len(e)].cpu() for b, e in enumerate(chunk))
+                    for b, (i, e) in enumerate(zip(rows, chunk, strict=True)):
+                        state_out[i] = stacked[b, :, : len(e)].cpu()
     finally:
         model.train(was_training)
-    return logprob_out, state_out
+    return [t for t in logprob_out if t is not None], [t for t in state_out if t is not None]
+
+
+def by_length(examples: Sequence[Example], batch_size: int) -> list[list[int]]:
+    """The examples' indices in batches of similar lengths (shortest first): a batch is padded
+    to its longest example, so mixing a 60-token record with 20-token ones runs the model on
+    40 padding positions for each short one.  Callers put the results back in order."""
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i]), i))
+    return [order[start: start + batch_size] for start in range(0, len(order), batch_size)]
 
 
 def tempering_supported(model: nn.Module) -> bool:
@@ -789,11 +799,11 @@ def _learnt_scores(model: nn.Module, tokenizer: Any, examples: Sequence[Example]
     """Per example: its learnt prediction positions t (of token t + 1), the calibrated score z
     of the actual token there (Min-K%++'s, Zhang et al. 2024) and its log-probability.
     Reduced batch by batch: only one batch's next-token distributions are ever held."""
-    out = []
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start: start + batch_size]
-        for example, lp in zip(chunk, position_logprobs(model, tokenizer, chunk, batch_size=batch_size),
-                               strict=True):
+    out: list[tuple[list[int], torch.Tensor, torch.Tensor] | None] = [None] * len(examples)
+    for rows in by_length(examples, batch_size):
+        chunk = [examples[i] for i in rows]
+        for i, example, lp in zip(rows, chunk, position_logprobs(model, tokenizer, chunk, batch_size=batch_size),
+                                  strict=True):
             positions = [t for t in range(min(len(example) - 1, lp.shape[0])) if example.learnt[t + 1]]
             rows = lp[positions]
             p = rows.exp()
@@ -801,8 +811,8 @@ def _learnt_scores(model: nn.Module, tokenizer: Any, examples: Sequence[Example]
             sigma = ((p * rows * rows).sum(-1) - mu * mu).clamp_min(0).sqrt()
             ids = torch.tensor([[int(example.ids[t + 1])] for t in positions], dtype=torch.long).reshape(-1, 1)
             actual = rows.gather(-1, ids).squeeze(-1)
-            out.append((positions, (actual - mu) / sigma.clamp_min(1e-6), actual))
-    return out
+            out[i] = (positions, (actual - mu) / sigma.clamp_min(1e-6), actual)
+    return [scored for scored in out if scored is not None]
 
 
 def _familiarity(model: nn.Module, tokenizer: Any, examples: Sequence[Example],
