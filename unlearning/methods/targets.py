@@ -243,14 +243,14 @@ def _kl_rows(target: Dist, rows: torch.Tensor,
     if target.indices is not None and target.tail is not None:
         k = target.indices.shape[1]
         columns = target.indices if pick is None else torch.cat([target.indices, pick[:, None]], dim=1)
-        _, chosen = _LogProbsAt.apply(rows, None, columns)
+        _, chosen = _LogProbsAt.apply(rows, None, columns)  # type: ignore[no-untyped-call]
         picked = chosen[:, :k]
         rest = torch.log1p(-torch.logsumexp(picked, dim=-1).exp().clamp(max=1 - 1e-6))
         cross = (p[:, :-1] * picked).sum(-1) + p[:, -1] * rest
         return plogp - cross, (chosen[:, k] if pick is not None else None)
     columns = pick[:, None] if pick is not None else torch.zeros((len(rows), 0), dtype=torch.long,
                                                                    device=rows.device)
-    cross, chosen = _LogProbsAt.apply(rows, p.to(rows.dtype), columns)
+    cross, chosen = _LogProbsAt.apply(rows, p.to(rows.dtype), columns)  # type: ignore[no-untyped-call]
     return plogp - cross, (chosen[:, 0] if pick is not None else None)
 
 
@@ -800,9 +800,9 @@ def _learnt_scores(model: nn.Module, tokenizer: Any, examples: Sequence[Example]
     of the actual token there (Min-K%++'s, Zhang et al. 2024) and its log-probability.
     Reduced batch by batch: only one batch's next-token distributions are ever held."""
     out: list[tuple[list[int], torch.Tensor, torch.Tensor] | None] = [None] * len(examples)
-    for rows in by_length(examples, batch_size):
-        chunk = [examples[i] for i in rows]
-        for i, example, lp in zip(rows, chunk, position_logprobs(model, tokenizer, chunk, batch_size=batch_size),
+    for members in by_length(examples, batch_size):
+        chunk = [examples[i] for i in members]
+        for i, example, lp in zip(members, chunk, position_logprobs(model, tokenizer, chunk, batch_size=batch_size),
                                   strict=True):
             positions = [t for t in range(min(len(example) - 1, lp.shape[0])) if example.learnt[t + 1]]
             rows = lp[positions]
