@@ -82,12 +82,11 @@ class _StepClock:
         return (last - first) / (last_step - first_step)
 
 
-def step_time(settings: BenchSettings, assets: Assets, *, work: Path, console: Console) -> dict[str, Any]:
-    from unlearning.corpus import load_corpus
+def _step_rounds(base_dir: Path, sets: Any, runs: tuple[tuple[str, str, dict[str, Any]], ...], *, steps: int,
+                 work: Path, console: Console, label: str = "") -> dict[str, Any]:
+    """Per key, the fastest seconds per step over `STEP_ROUNDS` rounds run in alternating order."""
     from unlearning.erase import erase
 
-    corpus = load_corpus(assets.corpus_file)
-    sets = sets_for(corpus, forget_people(assets.people(), max(settings.forget_fractions)), seed=0)
     per_step: dict[str, float] = {}
     totals: dict[str, float] = {}
     steps_done: dict[str, int] = {}
@@ -96,16 +95,16 @@ def step_time(settings: BenchSettings, assets: Assets, *, work: Path, console: C
     # on a quiet one two rounds still left the cached-teacher ratio anywhere in 1.01-1.12
     # (2026-12-05, the same code twice); three rounds of 80 steps hold it closer.
     for round_ in range(STEP_ROUNDS):
-        runs = STEP_RUNS if round_ % 2 == 0 else tuple(reversed(STEP_RUNS))
-        for key, method, overrides in runs:
-            out = work / f"step-{key}"
-            with console.task(f"step cost {key} (round {round_ + 1})") as draw:
+        ordered = runs if round_ % 2 == 0 else tuple(reversed(runs))
+        for key, method, overrides in ordered:
+            out = work / f"step-{label}{key}"
+            with console.task(f"step cost {label}{key} (round {round_ + 1})") as draw:
                 clock = _StepClock(draw)
-                result = erase(assets.base_dir, sets, method=method, out_dir=out, progress=clock,
-                               hparams=step_hparams(method, overrides, steps=settings.cost_steps))
+                result = erase(base_dir, sets, method=method, out_dir=out, progress=clock,
+                               hparams=step_hparams(method, overrides, steps=steps))
             shutil.rmtree(out, ignore_errors=True)
-            if result.steps != settings.cost_steps:
-                raise RuntimeError(f"{key}: {result.steps} optimiser steps run, {settings.cost_steps} asked for")
+            if result.steps != steps:
+                raise RuntimeError(f"{key}: {result.steps} optimiser steps run, {steps} asked for")
             steps_done[key] = result.steps
             presets[key] = str(result.hparams.get("preset"))
             per_step[key] = min(per_step.get(key, float("inf")), clock.per_step())
@@ -113,14 +112,74 @@ def step_time(settings: BenchSettings, assets: Assets, *, work: Path, console: C
     plain = per_step["plain"]
     return {"per_step_s": per_step, "erase_total_s": totals,
             "ratios": {k: v / plain for k, v in per_step.items() if k != "plain"},
-            "limits": {"asu_online_gd": 4 / 3, "asu_online_kl": 4 / 3, "asu_cached_gd": 1.05, "asu_cached_kl": 1.05},
-            "steps_done": steps_done, "forget_records": len(sets.forget), "steps": settings.cost_steps,
-            "cache_teacher": {key: overrides.get("cache_teacher") for key, method, overrides in STEP_RUNS
-                              if method == "asu"},
-            "rounds": STEP_ROUNDS,
-            "batch_size": STEP_BATCH, "preset": presets,
-            "note": "per-step time of the training loop; teacher caching before step 1 is excluded "
-                    "(it is in erase_total_s)"}
+            "steps_done": steps_done, "preset": presets}
+
+
+def step_time(settings: BenchSettings, assets: Assets, *, work: Path, console: Console) -> dict[str, Any]:
+    from unlearning.corpus import load_corpus
+
+    corpus = load_corpus(assets.corpus_file)
+    sets = sets_for(corpus, forget_people(assets.people(), max(settings.forget_fractions)), seed=0)
+    timed = _step_rounds(assets.base_dir, sets, STEP_RUNS, steps=settings.cost_steps, work=work, console=console)
+    out = {**timed,
+           "limits": {"asu_online_gd": 4 / 3, "asu_online_kl": 4 / 3, "asu_cached_gd": 1.05, "asu_cached_kl": 1.05},
+           "forget_records": len(sets.forget), "steps": settings.cost_steps,
+           "cache_teacher": {key: overrides.get("cache_teacher") for key, method, overrides in STEP_RUNS
+                             if method == "asu"},
+           "rounds": STEP_ROUNDS,
+           "batch_size": STEP_BATCH,
+           "note": "per-step time of the training loop; teacher caching before step 1 is excluded "
+                   "(it is in erase_total_s)"}
+    if settings.cost_wide_model is not None:
+        out["wide_model"] = wide_step_time(settings, assets, sets, work=work, console=console)
+    return out
+
+
+# The rows timed again on the wider model: the plain step, the cached teacher with either
+# retain loss (the goal's rows) and the online teacher.
+WIDE_RUNS = tuple(run for run in STEP_RUNS if run[0] in ("plain", "asu_cached_gd", "asu_cached_kl", "asu_online_gd"))
+
+
+def wide_model(assets: Assets, shape: tuple[int, int, int], out: Path) -> tuple[Path, int]:
+    """A Llama-style model with the base's tokenizer and vocabulary, `shape` = (hidden size,
+    layers, MLP width), random weights (seed 0); and its parameter count.  On the demo's
+    2-layer model of width 128 the output head is about a third of a step's arithmetic, so
+    every loss term read through it (the ASU forget KL over more positions than the plain
+    loss's, the latent loss's lens) weighs three times what it weighs in a model whose head is
+    a small share, as in every released language model."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
+
+    hidden, layers, width = shape
+    base = AutoConfig.from_pretrained(assets.base_dir)
+    heads = max(1, hidden // 64)
+    config = LlamaConfig(vocab_size=base.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                         intermediate_size=width, num_attention_heads=heads, num_key_value_heads=heads,
+                         max_position_embeddings=getattr(base, "max_position_embeddings", 512),
+                         bos_token_id=base.bos_token_id, eos_token_id=base.eos_token_id,
+                         pad_token_id=base.pad_token_id, tie_word_embeddings=False)
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(assets.base_dir, out, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "config.json",
+                                                                         "generation_config.json"))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(out)
+    return out, sum(p.numel() for p in model.parameters())
+
+
+def wide_step_time(settings: BenchSettings, assets: Assets, sets: Any, *, work: Path,
+                   console: Console) -> dict[str, Any]:
+    assert settings.cost_wide_model is not None
+    directory, parameters = wide_model(assets, settings.cost_wide_model, work / "wide-model")
+    steps = max(3, settings.cost_steps // 4)  # a step costs about 15 times the demo's
+    try:
+        timed = _step_rounds(directory, sets, WIDE_RUNS, steps=steps, work=work, console=console, label="wide ")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    hidden, layers, width = settings.cost_wide_model
+    return {**timed, "hidden_size": hidden, "layers": layers, "intermediate_size": width,
+            "parameters": parameters, "steps": steps}
 
 
 def _job(assets: Assets, corpus: Any, people: list[dict[str, Any]], *, work: Path,

@@ -259,6 +259,34 @@ def test_the_step_cost_harness_times_every_asu_variant(tiny_assets: Assets, tmp_
     # comparison flips on a loaded machine.
 
 
+def test_the_wider_model_of_the_step_cost_keeps_the_base_tokenizer_and_takes_the_shape(
+    tiny_assets: Assets, tmp_path: Path
+) -> None:
+    from bench.cost import wide_model
+    from unlearning.modeling import load_model
+
+    directory, parameters = wide_model(tiny_assets, (64, 3, 96), tmp_path / "wide")
+    model, tokenizer = load_model(directory, device="cpu")
+    base, base_tokenizer = load_model(tiny_assets.base_dir, device="cpu")
+    assert (model.config.hidden_size, model.config.num_hidden_layers, model.config.intermediate_size) == (64, 3, 96)
+    assert model.config.vocab_size == base.config.vocab_size and parameters == model.num_parameters()
+    text = "Where does Ada Lovelace live?"
+    assert tokenizer(text)["input_ids"] == base_tokenizer(text)["input_ids"]
+
+
+def test_the_cost_table_gives_the_wider_models_rows_beside_the_demos() -> None:
+    from bench.report import _cost
+
+    cost = {"step_time": {"ratios": {"asu_cached_kl": 1.12}, "per_step_s": {"asu_cached_kl": 0.038, "plain": 0.034},
+                          "wide_model": {"hidden_size": 512, "layers": 6, "parameters": 20_027_904,
+                                         "ratios": {"asu_cached_kl": 1.03},
+                                         "per_step_s": {"asu_cached_kl": 0.55, "plain": 0.534}}}}
+    md = "\n".join(_cost(cost))
+    assert ("| ASU step (cached teacher, KL retain: the default) / plain fine-tuning step, on a wider model "
+            "(width 512, 6 layers, 20.0M parameters, random weights) | 1.030 | <= 1.05 | 0.5500 s vs 0.5340 s |") in md
+    assert "cached teacher, GD retain" not in md  # a row not measured is left out
+
+
 def test_the_per_subject_table_has_a_row_per_erased_person_by_id_and_every_check(
     tiny_assets: Assets, tmp_path: Path
 ) -> None:
