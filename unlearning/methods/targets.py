@@ -234,63 +234,49 @@ def _kl_rows(target: Dist, rows: torch.Tensor,
     """Per row, KL(target || softmax(rows)) for student logits `rows` (N, V), and the rows'
     log-probability of the tokens `pick` (N,) where asked.
 
-    The student's log-probabilities are never written out whole (`_LogProbsAt`).  Forward
-    and backward on CPU, one thread (Intel Xeon, 2026-12-06): 512 rows of a 32,000-token
-    vocabulary against a top-64 target, 86 ms where a log-softmax and a gather took 125;
-    121 rows of 2,048 against a whole-vocabulary target, 0.72 ms either way.
+    A target of the whole vocabulary takes one fused log-softmax: on CPU it measured 1.5-1.8x
+    faster, forward and backward, than a separate log-normaliser and weighted sum (320 x
+    2,048: 3.0 against 5.5 ms; AMD EPYC, 2026-12-05), and in the training step a
+    hand-written backward of both did not beat it either (Intel Xeon, 2026-12-06: 0.7 ms
+    a step slower with the demo's 2,048 tokens).  A top-k target reads k + 1 columns of
+    the student's distribution, which `_LogProbsAt` gives without writing the log-softmax
+    out: 512 rows of 32,000 tokens against a top-64 target, 86 ms forward and backward
+    where the log-softmax and a gather took 125 (Intel Xeon, 2026-12-06).
     """
     p, _, plogp = target.weights()
     if target.indices is not None and target.tail is not None:
         k = target.indices.shape[1]
         columns = target.indices if pick is None else torch.cat([target.indices, pick[:, None]], dim=1)
-        _, chosen = _LogProbsAt.apply(rows, None, columns)  # type: ignore[no-untyped-call]
+        chosen = _LogProbsAt.apply(rows, columns)  # type: ignore[no-untyped-call]
         picked = chosen[:, :k]
         rest = torch.log1p(-torch.logsumexp(picked, dim=-1).exp().clamp(max=1 - 1e-6))
         cross = (p[:, :-1] * picked).sum(-1) + p[:, -1] * rest
         return plogp - cross, (chosen[:, k] if pick is not None else None)
-    columns = pick[:, None] if pick is not None else torch.zeros((len(rows), 0), dtype=torch.long,
-                                                                   device=rows.device)
-    cross, chosen = _LogProbsAt.apply(rows, p.to(rows.dtype), columns)  # type: ignore[no-untyped-call]
-    return plogp - cross, (chosen[:, 0] if pick is not None else None)
+    logq = F.log_softmax(rows, dim=-1)
+    mine = logq.gather(-1, pick[:, None]).squeeze(-1) if pick is not None else None
+    return plogp - (p * logq).sum(-1), mine
 
 
 class _LogProbsAt(torch.autograd.Function):
-    """For logits `rows` (N, V) and q = softmax(row): the weighted sum of log q under dense
-    `weights` (N, V) (zeros without them), and log q at `columns` (N, K).
-
-    The same values and gradients as ``F.log_softmax`` followed by a product and a gather
-    (tests/unlearning/test_asu.py checks both against the textbook KL), in one pass each
-    way: forward, a log-normaliser, a row-wise dot product and a gather; backward, one
-    softmax written in place and scaled, ``weights * g`` added, the picked columns'
-    gradients scattered in.  Through autograd the same loss wrote log q, the product and
-    their gradients: four (N, V) tensors a step instead of one.
-    """
+    """For logits `rows` (N, V): log softmax(row) at `columns` (N, K), with the gradient of a
+    log-softmax followed by a gather (tests/unlearning/test_asu.py checks both against the
+    textbook KL and torch's numerical gradient), without the (N, V) log-softmax: forward, a
+    log-normaliser and a gather; backward, one softmax written in place and scaled, the
+    columns' gradients scattered in.  Through autograd the same loss wrote the log-softmax,
+    a zero tensor for the gather's gradient and the log-softmax's gradient."""
 
     @staticmethod
-    def forward(ctx: Any, rows: torch.Tensor, weights: torch.Tensor | None,
-                columns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(ctx: Any, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
         lse = torch.logsumexp(rows, dim=-1)
-        if weights is None:
-            dense = rows.new_zeros(len(rows))
-        else:
-            dense = torch.linalg.vecdot(weights, rows) - weights.sum(-1) * lse
-        chosen = rows.gather(-1, columns) - lse[:, None]
-        ctx.save_for_backward(rows, lse, weights, columns)
-        return dense, chosen
+        ctx.save_for_backward(rows, lse, columns)
+        return rows.gather(-1, columns) - lse[:, None]
 
     @staticmethod
-    def backward(ctx: Any, g_dense: torch.Tensor, g_chosen: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        rows, lse, weights, columns = ctx.saved_tensors
-        # d/d rows of sum_v w_v log q_v is w - (sum w) q; of log q_c, onehot(c) - q.
-        scale = g_chosen.sum(-1)
-        if weights is not None:
-            scale = scale + g_dense * weights.sum(-1)
-        grad = (rows - lse[:, None]).exp_().mul_(-scale[:, None])
-        if weights is not None:
-            grad.addcmul_(weights, g_dense[:, None])
-        if columns.shape[1]:
-            grad.scatter_add_(1, columns, g_chosen)
-        return grad, None, None
+    def backward(ctx: Any, g_chosen: torch.Tensor) -> tuple[torch.Tensor, None]:
+        rows, lse, columns = ctx.saved_tensors
+        # d log q_c / d rows = onehot(c) - q
+        grad = (rows - lse[:, None]).exp_().mul_(-g_chosen.sum(-1)[:, None])
+        return grad.scatter_add_(1, columns, g_chosen), None
 
 
 # ------------------------------------------------------------------ forward passes
