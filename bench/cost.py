@@ -134,7 +134,8 @@ def step_time(settings: BenchSettings, assets: Assets, *, work: Path, console: C
         # The smallest forget set: a step's cost does not depend on it (batches of 8 either
         # way), the teacher's preparation before step 1 (not timed) does, 15 times the demo's.
         few = sets_for(corpus, forget_people(assets.people(), min(settings.forget_fractions)), seed=0)
-        out["wide_model"] = wide_step_time(settings, assets, few, work=work, console=console)
+        out["wide_model"] = wide_step_time(assets, few, settings.cost_wide_model, steps=max(3, settings.cost_steps // 4),
+                                           work=work, console=console)
     return out
 
 
@@ -171,16 +172,16 @@ def wide_model(assets: Assets, shape: tuple[int, int, int], out: Path) -> tuple[
     return out, sum(p.numel() for p in model.parameters())
 
 
-def wide_step_time(settings: BenchSettings, assets: Assets, sets: Any, *, work: Path,
+def wide_step_time(assets: Assets, sets: Any, shape: tuple[int, int, int], *, steps: int, work: Path,
                    console: Console) -> dict[str, Any]:
-    assert settings.cost_wide_model is not None
-    directory, parameters = wide_model(assets, settings.cost_wide_model, work / "wide-model")
-    steps = max(3, settings.cost_steps // 4)  # a step costs about 15 times the demo's
+    """`WIDE_RUNS` on `wide_model(shape)`, `steps` a run (a quarter of the demo's: a step costs
+    about 15 times as much)."""
+    directory, parameters = wide_model(assets, shape, work / "wide-model")
     try:
         timed = _step_rounds(directory, sets, WIDE_RUNS, steps=steps, work=work, console=console, label="wide ")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    hidden, layers, width = settings.cost_wide_model
+    hidden, layers, width = shape
     return {**timed, "hidden_size": hidden, "layers": layers, "intermediate_size": width,
             "parameters": parameters, "steps": steps}
 

@@ -205,8 +205,8 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor,
     log-probability, 1.9 of log-odds (`log_odds`).
     """
     rows = student_logits[mask]
-    pinned = token_weight > 0 and next_ids is not None and target.actual is not None
-    per_token, mine = _kl_rows(target, rows, next_ids[mask] if pinned and next_ids is not None else None)
+    pick = next_ids[mask] if token_weight > 0 and next_ids is not None and target.actual is not None else None
+    per_token, mine = _kl_rows(target, rows, pick)
     if mine is not None and target.actual is not None:
         theirs = target.actual
         if token_gap == "logodds":

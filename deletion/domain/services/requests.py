@@ -9,6 +9,7 @@ blind-index HMAC only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -208,7 +209,6 @@ _PG_START = (
     "ARRAY(SELECT id FROM earlier ORDER BY id), ARRAY(SELECT reference FROM earlier ORDER BY id) "
     "FROM model"
 )
-_PG_START_TEXTS: dict[int, str] = {}
 # Filings that run a transaction of their own (the API's) go to the database one at a time
 # per process.  Every filing holds the reference counter's and the audit head's row locks
 # from its first round trip to its commit, so the database runs them one after another
@@ -243,6 +243,7 @@ def _gated(own: bool) -> Iterator[None]:
             _FILING_GATE.release()
 
 
+@functools.lru_cache(maxsize=64)
 def _pg_start(digests: int) -> str:
     """The filing's first statement for this many blind-index digests.
 
@@ -257,10 +258,7 @@ def _pg_start(digests: int) -> str:
     array no longer needs dumping (alternating runs of 600 filings).  One text per count of
     digests, each prepared once per connection.
     """
-    text = _PG_START_TEXTS.get(digests)
-    if text is None:
-        text = _PG_START_TEXTS[digests] = _PG_START.format(digests=", ".join(["%s"] * digests))
-    return text
+    return _PG_START.format(digests=", ".join(["%s"] * digests))
 
 
 # Taken after the counter, in a statement of its own: every filing locks the two rows in
@@ -272,25 +270,19 @@ _PG_GENESIS_HEAD = "INSERT INTO chain_heads (name, seq, hash) VALUES (%s, 0, %s)
 _REQUEST_COLUMNS = tuple(c.key for c in ErasureRequest.__table__.columns if c.key != "id")
 
 
+@functools.lru_cache(maxsize=64)
 def _pg_insert_request(index_rows: int) -> str:
     """The request, its blind-index rows and its audit event (with the head's move) in one
     statement, which returns the new id: the writes' round trip binds and executes one
     statement instead of two while the row locks are held.  One text per count of index
     rows, made once."""
-    text = _PG_INSERT_TEXTS.get(index_rows)
-    if text is None:
-        insert = (f"INSERT INTO erasure_requests ({', '.join(_REQUEST_COLUMNS)}) "
-                  f"VALUES ({', '.join(['%s'] * len(_REQUEST_COLUMNS))}) RETURNING id")
-        rows = ", ".join(["(%s, %s, %s)"] * index_rows)
-        index = (f"rows AS (INSERT INTO subject_index (request_id, kind, hmac, key_id) "
-                 f"SELECT request.id, v.kind, v.hmac, v.key_id FROM request, "
-                 f"(VALUES {rows}) AS v(kind, hmac, key_id)), ") if index_rows else ""
-        text = _PG_INSERT_TEXTS[index_rows] = (
-            f"WITH request AS ({insert}), {index}{AUDIT_APPEND_PG_CTES} SELECT id FROM request")
-    return text
-
-
-_PG_INSERT_TEXTS: dict[int, str] = {}
+    insert = (f"INSERT INTO erasure_requests ({', '.join(_REQUEST_COLUMNS)}) "
+              f"VALUES ({', '.join(['%s'] * len(_REQUEST_COLUMNS))}) RETURNING id")
+    rows = ", ".join(["(%s, %s, %s)"] * index_rows)
+    index = (f"rows AS (INSERT INTO subject_index (request_id, kind, hmac, key_id) "
+             f"SELECT request.id, v.kind, v.hmac, v.key_id FROM request, "
+             f"(VALUES {rows}) AS v(kind, hmac, key_id)), ") if index_rows else ""
+    return f"WITH request AS ({insert}), {index}{AUDIT_APPEND_PG_CTES} SELECT id FROM request"
 
 
 def _submission_pg(
