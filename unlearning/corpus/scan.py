@@ -80,7 +80,7 @@ _FOLD_CACHE_MAX = 1 << 16
 # Columns whose strings `Record.searchable_text` reads (the rest cannot hold a hit).
 SEARCH_COLUMNS = ("text", "question", "answer", "prompt", "response", "completion", "paraphrased_question",
                   "paraphrased_answer", "perturbed_answer", "messages", "instruction", "input", "output",
-                  "conversations")
+                  "context", "conversations")
 # The text field of a chat column's turns: `messages` {role, content}, ShareGPT {from, value}.
 TURN_TEXT = {"messages": "content", "conversations": "value"}
 
