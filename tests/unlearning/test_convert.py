@@ -160,7 +160,7 @@ def test_a_corpus_under_other_names_points_to_convert(tmp_path: Path, capsys: py
     assert "its fields: content" in err and "python -m unlearning convert --field text=FIELD" in err
 
 
-def test_a_dolly_corpus_names_its_fields_then_converts_to_question_and_answer(
+def test_a_dolly_corpus_is_read_as_question_and_answer_as_its_conversion_is(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     rows = [{"instruction": "Summarise the note.", "context": "Mara Okafor moved to Leeds.",
@@ -168,15 +168,23 @@ def test_a_dolly_corpus_names_its_fields_then_converts_to_question_and_answer(
             {"instruction": "Who runs the ferry?", "context": "", "response": "Mara Okafor.", "category": "open_qa"}]
     source = tmp_path / "dolly.parquet"
     pq.write_table(pa.Table.from_pylist(rows), source)
+    # Read as it is: the name only in the first row's context is found by the fast Parquet scan.
     assert main(["-q", "build-sets", "--corpus", str(source), "--subject", "Mara Okafor",
-                 "--out", str(tmp_path / "sets")]) == 2
-    assert "its fields: category, context, instruction, response" in capsys.readouterr().err
-    out = tmp_path / "dolly.jsonl"
-    assert main(["-q", "convert", "--corpus", str(source), "--out", str(out),
-                 "--field", "input=context", "--field", "output=response"]) == 0
-    records = load_corpus(out).records
-    assert [(r.question, r.answer) for r in records] == [
+                 "--out", str(tmp_path / "sets"), "--retain-per-forget", "0"]) == 0
+    forget = [json.loads(line) for line in (tmp_path / "sets" / "forget.jsonl").read_text().splitlines()]
+    assert [(r["question"], r["answer"]) for r in forget] == [
         ("Summarise the note.\n\nMara Okafor moved to Leeds.", "She moved."), ("Who runs the ferry?", "Mara Okafor.")]
+    # Converted under Alpaca's names (as before Dolly was read) or as it is: the same records, the same digest.
+    mapped, plain = tmp_path / "mapped.jsonl", tmp_path / "plain.jsonl"
+    assert main(["-q", "convert", "--corpus", str(source), "--out", str(mapped),
+                 "--field", "input=context", "--field", "output=response"]) == 0
+    assert main(["-q", "convert", "--corpus", str(source), "--out", str(plain)]) == 0
+    capsys.readouterr()
+    records = load_corpus(mapped).records
+    assert [(r.question, r.answer) for r in records] == [(r["question"], r["answer"]) for r in forget]
+    assert [r.to_json() for r in load_corpus(plain).records] == [r.to_json() for r in records]
+    assert inspect_corpus(mapped).manifest_digest == inspect_corpus(plain).manifest_digest \
+        == inspect_corpus(source).manifest_digest
 
 
 def test_inspect_counts_shapes_names_misfits_and_previews_a_conversion(

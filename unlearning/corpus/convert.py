@@ -1,7 +1,9 @@
 """A corpus under other field names, rewritten as the engine's own records.
 
-Datasets name their fields as they like: `content` or `body` for free text, Dolly's
-`context`/`response`, `doc_id` for an id.  `FieldMap` says which of the engine's fields
+Datasets name their fields as they like: `content` or `body` for free text, `query`/`reply`
+for a question and its answer, `doc_id` for an id.  (Alpaca, Dolly and ShareGPT records and
+chat turns of OpenAI content parts need no map: `records` reads them as they are, and
+converting them writes their native form.)  `FieldMap` says which of the engine's fields
 (`records.KNOWN_FIELDS`) each one is (`--field text=content`), and `convert_corpus`
 streams any supported corpus through it into one canonical JSONL file (plain, gzip or
 zstd): every record as `Record.to_json` writes it, ids included (an item without an id

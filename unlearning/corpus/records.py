@@ -4,10 +4,13 @@ A record has one of three shapes: free text (`text`), a question/answer pair
 (`question` + `answer`, or the synonyms `prompt` + `response` and OpenAI's `prompt` +
 `completion`), or a chat
 (`messages`: a list of `{"role", "content"}` turns; the assistant turns are
-what a model learns).  Two shapes users commonly bring are read as these: Alpaca
-(`instruction`, optional `input`, `output`) as a question/answer pair, and ShareGPT
-(`conversations`: `{"from", "value"}` turns, `SHAREGPT_ROLES`) as a chat; their records
-are those of the native shapes (same digests), so nothing downstream knows them.  Optional: an `id`, a grouping field (`doc`, `source` or
+what a model learns; a `content` may also be OpenAI's list of text parts, `chat_content`).
+Shapes users commonly bring are read as these: Alpaca (`instruction`, optional `input`,
+`output`) and Databricks Dolly (`instruction`, optional `context`, `response`; its
+`category` is a label, ignored like any unknown field) as a question/answer pair, and
+ShareGPT (`conversations`: `{"from", "value"}` turns, `SHAREGPT_ROLES`) as a chat; their
+records are those of the native shapes (same digests), so nothing downstream knows them.
+Optional: an `id`, a grouping field (`doc`, `source` or
 `thread`: records of one document or conversation), the TOFU extras
 `paraphrased_question`, `paraphrased_answer`, `perturbed_answer` (a string or
 a list of strings), and a `meta` object.  An object that fits no shape raises
@@ -33,10 +36,11 @@ from typing import Any
 OPTIONAL_TEXT_FIELDS = ("paraphrased_question", "paraphrased_answer")
 GROUP_FIELDS = ("doc", "source", "thread")
 ALPACA_FIELDS = ("instruction", "input", "output")
+DOLLY_FIELDS = ("instruction", "context", "response")  # Dolly's `category` is a label: not read
 KNOWN_FIELDS = frozenset(
     {"id", "text", "question", "answer", "prompt", "response", "completion", "meta", "perturbed_answer",
      "messages", "conversations"}
-    | set(OPTIONAL_TEXT_FIELDS) | set(GROUP_FIELDS) | set(ALPACA_FIELDS)
+    | set(OPTIONAL_TEXT_FIELDS) | set(GROUP_FIELDS) | set(ALPACA_FIELDS) | set(DOLLY_FIELDS)
 )
 SHAPES = ("qa", "text", "chat")
 # ShareGPT speakers (`from`, compared lower-cased) and the chat role each one is.  Any other
@@ -229,16 +233,19 @@ def _parse_record(path: str | Path, where: str, data: Any, default_id: str) -> R
         raise RecordMisfit(path, where, "completion",
                            "a record holds one answer to its prompt: 'response' or 'completion', not both")
     if question is None and answer is None:
-        question, answer = prompt, response if completion is None else completion
+        if prompt is not None or completion is not None or data.get("instruction") is None:
+            # `response` is Dolly's answer beside an `instruction`, this pair's otherwise.
+            question, answer = prompt, response if completion is None else completion
         q_name, a_name = "prompt", "response" if completion is None else "completion"
     else:
         q_name, a_name = "question", "answer"
     if question is None and answer is None:
-        question, answer = _alpaca(path, where, data)
+        question, answer = _instructed(path, where, data)
     elif _has_alpaca_pair(data):
         raise RecordMisfit(path, where, "instruction" if data.get("instruction") is not None else "output",
                            f"a record holds one question/answer pair: '{q_name}'/'{a_name}' or "
-                           "Alpaca 'instruction'/'output', not both" + _fields_of(data))
+                           "an instruction's (Alpaca 'instruction'/'output', Dolly 'instruction'/'response'), "
+                           "not both" + _fields_of(data))
     text = _string(path, where, data, "text")
     if (question is None) != (answer is None):
         missing = a_name if answer is None else q_name
@@ -306,8 +313,9 @@ _FIELD_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 def alpaca_question(instruction: str, given_input: Any) -> str:
     """An Alpaca record's question: the instruction, then a blank line and the input when
-    there is one (the layout Alpaca's own prompt gives them).  Shared by `parse_record`
-    and `searchable_text_of`, which must see the same text."""
+    there is one (the layout Alpaca's own prompt gives them); a Dolly record's, with its
+    `context` as the input.  Shared by `parse_record` and `searchable_text_of`, which must
+    see the same text."""
     if isinstance(given_input, str) and given_input.strip():
         return f"{instruction}\n\n{given_input}"
     return instruction
@@ -317,21 +325,37 @@ def _has_alpaca_pair(data: Mapping[str, Any]) -> bool:
     return data.get("instruction") is not None or data.get("output") is not None
 
 
-def _alpaca(path: str | Path, where: str, data: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """(question, answer) of an Alpaca record, (None, None) for an object without
-    `instruction`/`output`; half a pair or an empty half is a misfit naming the field."""
+def _instructed(path: str | Path, where: str, data: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(question, answer) of an Alpaca or a Dolly record, (None, None) for an object without
+    `instruction`/`output`.  The two lay a record out alike (`alpaca_question`, Dolly's
+    `context` in the place of Alpaca's `input`, its `response` in that of `output`), so a
+    record holding Alpaca's name for one part and Dolly's for the other reads the same
+    either way.  A record with both names for one part (`output` and `response`, `input`
+    and `context`) is a misfit naming Dolly's: one of the two would be read by nothing.
+    Half a pair or an empty half is a misfit naming the field."""
     if not _has_alpaca_pair(data):
         return None, None
     instruction = _string(path, where, data, "instruction")
     output = _string(path, where, data, "output")
+    response = _string(path, where, data, "response")
     given_input = _string(path, where, data, "input")
-    if instruction is None or output is None:
-        raise RecordMisfit(path, where, "instruction" if instruction is None else "output",
+    context = _string(path, where, data, "context")
+    if output is not None and response is not None:
+        raise RecordMisfit(path, where, "response",
+                           "an instruction has one answer: Alpaca 'output' or Dolly 'response', not both")
+    if given_input is not None and context is not None:
+        raise RecordMisfit(path, where, "context",
+                           "an instruction has one input: Alpaca 'input' or Dolly 'context', not both")
+    dolly = response is not None or (output is None and context is not None)
+    answer, a_name = (response, "response") if dolly else (output, "output")
+    if instruction is None or answer is None:
+        raise RecordMisfit(path, where, "instruction" if instruction is None else a_name,
+                           "missing (a Dolly 'instruction' needs a 'response' and vice versa)" if dolly else
                            "missing (an Alpaca 'instruction' needs an 'output' and vice versa)")
-    for name, value in (("instruction", instruction), ("output", output)):
+    for name, value in (("instruction", instruction), (a_name, answer)):
         if not value.strip():
             raise RecordMisfit(path, where, name, "is empty")
-    return alpaca_question(instruction, given_input), output
+    return alpaca_question(instruction, context if given_input is None else given_input), answer
 
 
 def _chat(path: str | Path, where: str, data: Mapping[str, Any]) -> tuple[Message, ...]:
@@ -344,13 +368,57 @@ def _chat(path: str | Path, where: str, data: Mapping[str, Any]) -> tuple[Messag
     if sharegpt is not None:
         return _messages(path, where, sharegpt, field_name="conversations", role_key="from",
                          content_key="value", roles=SHAREGPT_ROLES)
-    return _messages(path, where, native)
+    return _messages(path, where, native, parts=True)
+
+
+CONTENT_PART_JOINER = "\n"
+
+
+def chat_content(parts: list[Any]) -> str:
+    """The text of a turn whose `content` is a list of parts (OpenAI's form: `{"type":
+    "text", "text": ...}` objects, or bare strings): its text parts, in order, one per line.
+
+    Joined by a newline, as vLLM's OpenAI-compatible server flattens the parts for a model
+    whose chat template takes a string, and not run together as Hugging Face multimodal
+    templates print them: glued parts could join two words into one (`Mara` + `Okafor`)
+    that no part holds, which the fast scan and the index, looking for a name's words in
+    the raw line (`scan`), would not see.  A line break keeps every word of the text a
+    word of one part, and matching collapses whitespace, so a name written across two
+    parts is still found.  What `parse_record` keeps (after checking that every part is
+    text) and `searchable_text_of` reads (of any list)."""
+    return CONTENT_PART_JOINER.join(
+        part if isinstance(part, str) else part["text"] for part in parts
+        if isinstance(part, str) or (isinstance(part, dict) and isinstance(part.get("text"), str)))
+
+
+def _content_parts(path: str | Path, where: str, parts: list[Any], field_name: str) -> str:
+    """`chat_content` of a list every part of which is text; any other part (an image, a
+    sound, a file) is a misfit naming it: the engine reads and erases text, and a record
+    trained with what it cannot read would be erased in part, so none is left out unsaid."""
+    for number, part in enumerate(parts):
+        if isinstance(part, str):
+            continue
+        name = f"{field_name}[{number}]"
+        if not isinstance(part, dict):
+            raise RecordMisfit(path, where, name, "expected a string or a {type, text} object")
+        kind = part.get("type")
+        if kind != "text":
+            # The type named when it looks like one (a value could be anything, even a name).
+            shown = f"a part of type {kind!r}" if isinstance(kind, str) and _FIELD_NAME.fullmatch(kind) else \
+                "a part without a type" if kind is None else "a part of another type"
+            raise RecordMisfit(path, where, f"{name}.type",
+                               f"{shown}, not text: the engine reads and erases text only, and does not "
+                               "read a record with a part left out (expected 'text')")
+        if not isinstance(part.get("text"), str):
+            raise RecordMisfit(path, where, f"{name}.text", "expected a string")
+    return chat_content(parts)
 
 
 def _messages(path: str | Path, where: str, raw: Any, *, field_name: str = "messages",
               role_key: str = "role", content_key: str = "content",
-              roles: Mapping[str, str] | None = None) -> tuple[Message, ...]:
-    """A chat's turns; each needs a string role and a non-empty string content.  With
+              roles: Mapping[str, str] | None = None, parts: bool = False) -> tuple[Message, ...]:
+    """A chat's turns; each needs a string role and a non-empty string content (with
+    `parts`, or a list of text parts: `chat_content`).  With
     `roles` (ShareGPT) each role is mapped, and one it does not know is a misfit (named
     by field, not by value: a speaker may be a person's name)."""
     if raw is None:
@@ -365,6 +433,11 @@ def _messages(path: str | Path, where: str, raw: Any, *, field_name: str = "mess
         role, content = turn.get(role_key), turn.get(content_key)
         if not isinstance(role, str) or not role.strip():
             raise RecordMisfit(path, where, f"{field_name}[{number}].{role_key}", "expected a string")
+        if parts and isinstance(content, list):
+            content = _content_parts(path, where, content, f"{field_name}[{number}].{content_key}")
+            if not content.strip():
+                raise RecordMisfit(path, where, f"{field_name}[{number}].{content_key}",
+                                   "is empty (its text parts hold no text)")
         if not isinstance(content, str) or not content.strip():
             raise RecordMisfit(path, where, f"{field_name}[{number}].{content_key}",
                                "expected a non-empty string")
@@ -394,13 +467,18 @@ def searchable_text_of(data: Any) -> str:
     get = data.get
     question, answer = get("question"), get("answer")
     if question is None and answer is None:
-        question, answer = get("prompt"), get("response")
-        if answer is None:
-            answer = get("completion")  # OpenAI's prompt/completion, read as `parse_record` reads it
-    if question is None and answer is None:  # Alpaca, read as `_alpaca` reads it
         instruction = get("instruction")
-        question = alpaca_question(instruction, get("input")) if isinstance(instruction, str) else None
-        answer = get("output")
+        if instruction is None or get("prompt") is not None or get("completion") is not None:
+            question, answer = get("prompt"), get("response")
+            if answer is None:
+                answer = get("completion")  # OpenAI's prompt/completion, read as `parse_record` reads it
+        else:  # Alpaca or Dolly, read as `_instructed` reads them
+            given = get("input")
+            question = alpaca_question(instruction, get("context") if given is None else given) \
+                if isinstance(instruction, str) else None
+            answer = get("response")
+            if answer is None:
+                answer = get("output")
     perturbed = get("perturbed_answer")
     turns, content = get("messages"), "content"
     if turns is None:  # ShareGPT, read as `_chat` reads it
@@ -408,5 +486,10 @@ def searchable_text_of(data: Any) -> str:
     parts = [question, answer, get("text"),
              *([perturbed] if isinstance(perturbed, str) else perturbed if isinstance(perturbed, list) else []),
              get("paraphrased_question"), get("paraphrased_answer"),
-             *([t.get(content) for t in turns if isinstance(t, dict)] if isinstance(turns, list) else [])]
+             *([_turn_text(t.get(content)) for t in turns if isinstance(t, dict)] if isinstance(turns, list) else [])]
     return "\n".join(part for part in parts if isinstance(part, str) and part)
+
+
+def _turn_text(content: Any) -> Any:
+    """A turn's content as `searchable_text_of` reads it: a list of parts joined (`chat_content`)."""
+    return chat_content(content) if isinstance(content, list) else content
