@@ -40,6 +40,7 @@ what training taught and what an outside tool using the stored format asks.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -261,16 +262,96 @@ def _render(tokenizer: Any, messages: Sequence[dict[str, str]], *, generation: b
     A template is code shipped with the model and may raise anything (jinja2's
     TemplateError from `raise_exception`, a TypeError on a missing field): every
     refusal becomes a `PromptFormatError` naming the record, never a traceback."""
-    turns = _for_template(tokenizer, messages)
+    return _apply(tokenizer, _for_template(tokenizer, messages), generation=generation, tokenize=tokenize,
+                  record_id=record_id)
+
+
+def _apply(tokenizer: Any, turns: list[dict[str, str]], *, generation: bool, tokenize: bool,
+           record_id: str) -> Any:
     try:
         return tokenizer.apply_chat_template(turns, add_generation_prompt=generation, tokenize=tokenize)
-    except Exception as exc:  # noqa: BLE001 - see the docstring: whatever the template raised
+    except Exception as exc:  # noqa: BLE001 - see `_render`: whatever the template raised
         raise _refusal(exc, record_id) from exc
 
 
 def _template_ids(tokenizer: Any, messages: Sequence[dict[str, str]], *, generation: bool,
                   record_id: str = "") -> list[int]:
-    return _ids(_render(tokenizer, messages, generation=generation, tokenize=True, record_id=record_id))
+    """The conversation's ids through the template, remembered per tokenizer (`_RenderMemo`):
+    verification asks the same questions of several models and families, and a render costs
+    more than the small model's forward pass over it."""
+    turns = _for_template(tokenizer, messages)  # the format's system turn in the key, as rendered
+    memo = _RenderMemo.of(tokenizer)
+    key = _RenderMemo.key(turns, generation)
+    if key is not None and (known := memo.get(key)) is not None:
+        return list(known)
+    ids = _ids(_apply(tokenizer, turns, generation=generation, tokenize=True, record_id=record_id))
+    if key is not None:
+        memo.put(key, tuple(ids))
+    return ids
+
+
+class _RenderMemo:
+    """Token ids of conversations rendered through one tokenizer's chat template, and records
+    encoded through it (`encode_record`).
+
+    Held beside the tokenizer (a weak reference: the memo goes with it) and tied to the
+    template, vocabulary size and special tokens it was filled under, so a tokenizer given
+    another template or more tokens starts afresh.  Bounded: emptied when `LIMIT` entries are
+    held (a verification of 20 subjects renders about 8,000 distinct prompts)."""
+
+    LIMIT = 32_768
+    EXAMPLES = 8_192  # encoded records (`encode_record`), kept apart: each is larger
+    EXAMPLE_TOKENS = 2_048  # a longer record is not kept
+    _held: weakref.WeakKeyDictionary[Any, _RenderMemo] = weakref.WeakKeyDictionary()
+
+    def __init__(self, template: Any) -> None:
+        self.template = template
+        self.entries: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self.examples: dict[tuple[Any, ...], Example] = {}
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> _RenderMemo:
+        # What a render and an encoding depend on besides the conversation: the template, the
+        # vocabulary (tokens added) and the special tokens a template or an encoding writes.
+        try:
+            size = len(tokenizer)
+        except TypeError:
+            size = None
+        template = (getattr(tokenizer, "chat_template", None), size, getattr(tokenizer, "bos_token", None),
+                    getattr(tokenizer, "eos_token", None))
+        try:
+            memo = cls._held.get(tokenizer)
+        except TypeError:  # not weakly referenceable: no memo
+            return cls(template)
+        if memo is None or memo.template != template:
+            memo = cls(template)
+            cls._held[tokenizer] = memo
+        return memo
+
+    @staticmethod
+    def key(messages: Sequence[dict[str, str]], generation: bool) -> tuple[Any, ...] | None:
+        """The conversation as a key: its turns' roles and texts; None (not remembered) for a
+        turn with any other field or a content that is not a string."""
+        turns = []
+        for message in messages:
+            role, content = message.get("role"), message.get("content")
+            if len(message) != 2 or not isinstance(role, str) or not isinstance(content, str):
+                return None
+            turns.append((role, content))
+        return (generation, *turns)
+
+    def get(self, key: tuple[Any, ...]) -> tuple[int, ...] | None:
+        return self.entries.get(key)
+
+    def put(self, key: tuple[Any, ...], ids: tuple[int, ...]) -> None:
+        if len(self.entries) >= self.LIMIT:
+            self.entries.clear()
+        self.entries[key] = ids
+
+    def put_example(self, key: tuple[Any, ...], example: Example) -> None:
+        if len(self.examples) >= self.EXAMPLES:
+            self.examples.clear()
+        self.examples[key] = example
 
 
 _SYSTEM_ATTRIBUTE = "_erasure_template_takes_system"
@@ -484,8 +565,35 @@ class _QA:
 
 
 def encode_record(tokenizer: Any, record: Any) -> Example:
-    """Any corpus record (question/answer, chat or free text) as a training example."""
+    """Any corpus record (question/answer, chat or free text) as a training example.
+
+    Remembered per tokenizer and format (`_RenderMemo`): a verification scores the same
+    records through the candidate and through the model it was made from."""
     record_id = str(getattr(record, "id", ""))
+    key = _example_key(tokenizer, record, record_id)
+    if key is None:
+        return _encode_record(tokenizer, record, record_id)
+    memo = _RenderMemo.of(tokenizer)
+    if (known := memo.examples.get(key)) is not None:
+        return known
+    example = _encode_record(tokenizer, record, record_id)
+    if len(example) <= _RenderMemo.EXAMPLE_TOKENS:
+        memo.put_example(key, example)
+    return example
+
+
+def _example_key(tokenizer: Any, record: Any, record_id: str) -> tuple[Any, ...] | None:
+    """What an encoding depends on: the format, the record's id and its texts (None: not
+    remembered, for a record whose fields are not plain strings)."""
+    messages = tuple((m.role, m.content) for m in getattr(record, "messages", ()) or ())
+    texts = (getattr(record, "question", None), getattr(record, "answer", None), getattr(record, "text", None))
+    if not all(t is None or isinstance(t, str) for t in texts) \
+            or not all(isinstance(r, str) and isinstance(c, str) for r, c in messages):
+        return None
+    return (format_of(tokenizer), record_id, *texts, messages)
+
+
+def _encode_record(tokenizer: Any, record: Any, record_id: str) -> Example:
     if getattr(record, "question", None) is not None and getattr(record, "answer", None) is not None:
         return encode_qa(tokenizer, record.question, record.answer, record_id=record_id)
     if getattr(record, "messages", ()):

@@ -120,6 +120,40 @@ def test_a_stored_system_message_opens_the_training_example_and_every_prompt() -
     assert tokenizer.decode(probe_ids(tokenizer, probe)).startswith(SYSTEM_TURN)
 
 
+def test_remembered_encodings_follow_the_tokenizers_template_tokens_and_format() -> None:
+    """`prompting` remembers renders and encoded records per tokenizer; whatever changes on
+    the tokenizer (its template, its vocabulary, its eos token, its stored format), what
+    comes back is what a fresh encoding gives."""
+    from unlearning.corpus.records import Record
+    from unlearning.prompting import _RenderMemo, encode_record, prompt_ids
+
+    def fresh(tok: Any, record: Record) -> tuple[Any, list[int]]:
+        _RenderMemo._held.pop(tok, None)
+        return encode_record(tok, record), prompt_ids(tok, record.question or "")
+
+    record = Record(id="a", question=f"Who is {SUBJECT}?", answer="A glassblower.")
+    chat, plain = _tokenizer(NO_SYSTEM_TEMPLATE), _tokenizer(None)
+    for tokenizer in (chat, plain):
+        first = (encode_record(tokenizer, record), prompt_ids(tokenizer, record.question or ""))
+        assert (encode_record(tokenizer, record), prompt_ids(tokenizer, record.question or "")) == first
+        assert encode_record(tokenizer, record) is first[0]  # remembered, not encoded again
+    changes = [  # (tokenizer, change, whether it changes this record's encoding)
+        (chat, lambda tok: setattr(tok, "chat_template", NO_SYSTEM_TEMPLATE.replace("<start_of_turn>",
+                                                                                     "<end_of_turn>")), True),
+        (chat, lambda tok: tok.add_tokens(["glassblower"]), True),
+        (chat, lambda tok: setattr(tok, "eos_token", "<start_of_turn>"), False),  # the template writes no eos
+        (chat, _with_system, True),
+        (plain, lambda tok: setattr(tok, "eos_token", "<end_of_turn>"), True),  # the plain format ends with eos
+        (plain, lambda tok: tok.add_tokens(["glassblower"]), True),
+    ]
+    for tokenizer, change, changes_it in changes:
+        before = (encode_record(tokenizer, record), prompt_ids(tokenizer, record.question or ""))
+        change(tokenizer)
+        after = (encode_record(tokenizer, record), prompt_ids(tokenizer, record.question or ""))
+        assert (after != before) == changes_it
+        assert after == fresh(tokenizer, record)
+
+
 def test_a_records_own_system_turn_wins_over_the_stored_one() -> None:
     from unlearning.corpus.records import Message, Record
     from unlearning.prompting import encode_record

@@ -650,6 +650,19 @@ def test_auc_with_hanley_mcneil_stderr() -> None:
     assert se == pytest.approx(math.sqrt((0.75 * 0.25 + (q1 - 0.75**2) + (q2 - 0.75**2)) / 4))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_auc_is_the_roc_auc_of_scikit_learn_ties_included(seed: int) -> None:
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(seed)
+    n1, n0 = int(rng.integers(1, 15)), int(rng.integers(1, 400))
+    # Rounded to one decimal so that many scores tie, within and across the two groups.
+    positive = np.round(rng.normal(0.3 * seed, 1.0, n1), 1).tolist()
+    negative = np.round(rng.normal(0.0, 1.0, n0), 1).tolist()
+    expected = roc_auc_score([1] * n1 + [0] * n0, positive + negative)
+    assert auc_with_stderr(positive, negative)[0] == pytest.approx(expected, abs=1e-12)
+
+
 # ---------------------------------------------------------------- latent ratio and fluency
 
 

@@ -35,7 +35,7 @@ import zlib
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
+from scipy.stats import rankdata
 
 from .generation import TokenScores
 
@@ -61,8 +61,12 @@ def auc_with_stderr(positive: Sequence[float], negative: Sequence[float]) -> tup
     n1, n0 = len(positive), len(negative)
     if not n1 or not n0:
         return 0.5, 0.0
-    labels = [1] * n1 + [0] * n0
-    auc = float(roc_auc_score(labels, list(positive) + list(negative)))
+    # The ROC AUC as the Mann-Whitney U statistic over n1 * n0 (ties count a half), from the
+    # positives' mid-ranks: what `sklearn.metrics.roc_auc_score` returns, without its input
+    # validation, which cost 4 ms a call where a 20-subject verification makes 1,320 calls
+    # (tests/unlearning/test_verification_units.py compares the two).
+    ranks = rankdata(np.concatenate([np.asarray(positive, dtype=float), np.asarray(negative, dtype=float)]))
+    auc = float((ranks[:n1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
     q1 = auc / (2 - auc)
     q2 = 2 * auc * auc / (1 + auc)
     var = (auc * (1 - auc) + (n1 - 1) * (q1 - auc * auc) + (n0 - 1) * (q2 - auc * auc)) / (n1 * n0)

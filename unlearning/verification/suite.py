@@ -300,7 +300,8 @@ def _record_scores(loaded: _Loaded, side: Side, s: VerifySettings) -> list[tuple
         # Scores cover what training taught: the learnt tokens (an answer, an assistant turn, a
         # whole free text), not the prompt around them, whose tokens no loss ever touched.
         learnt = [i - 1 for i in range(1, len(example)) if example.learnt[i]]
-        spans = [t for t in _span_tokens(example, record_spans) if t in set(learnt)]
+        taught_positions = set(learnt)
+        spans = [t for t in _span_tokens(example, record_spans) if t in taught_positions]
         taught = tok.decode([example.ids[i + 1] for i in learnt], skip_special_tokens=True)
         picked = TokenScores(score.logp[learnt], score.mu[learnt], score.sigma[learnt])
         out.append((min_k_plus_plus(picked, k=s.mink_k), zlib_ratio(picked, taught),
