@@ -3,9 +3,11 @@
 A record has one of three shapes: free text (`text`), a question/answer pair
 (`question` + `answer`, or the synonyms `prompt` + `response` or `completion`), or a chat
 (`messages`: a list of `{"role", "content"}` turns; the assistant turns are what a
-model learns); optional `id`, a grouping field (`doc`, `source` or `thread`), the TOFU
-extras and `meta` (`records`).  Alpaca (`instruction`/`input`/`output`) and ShareGPT
-(`conversations`) records are read as question/answer and chat records.  A corpus is a file or a directory of shards: JSONL
+model learns; a turn's `content` may be a list of OpenAI text parts); optional `id`, a
+grouping field (`doc`, `source` or `thread`), the TOFU extras and `meta` (`records`).
+Alpaca (`instruction`/`input`/`output`), Dolly (`instruction`/`context`/`response`) and
+ShareGPT (`conversations`) records are read as question/answer and chat records.  A corpus
+is a file or a directory of shards: JSONL
 (plain, gzip, zstd), JSON arrays, Parquet, Arrow, CSV/TSV, a Hugging Face `datasets` folder
 (`formats`), read as a stream of positioned records with a load report (`source`); one
 whose fields have other names is rewritten under the engine's (`convert`).
