@@ -176,6 +176,83 @@ def test_batches_by_length_give_each_example_what_it_gets_alone(tiny_corpus_dir,
         assert torch.allclose(state, alone_states[0], atol=1e-4)
 
 
+class _Wrapped(torch.nn.Module):
+    """A causal LM whose forward reads `logits_to_keep` in its own way (`how`): not at all
+    (no such argument), ignoring it (whole logits), or keeping the wrong rows."""
+
+    def __init__(self, inner: torch.nn.Module, how: str) -> None:
+        super().__init__()
+        self.inner, self.how = inner, how
+        self.config = inner.config
+
+    def get_output_embeddings(self):  # noqa: ANN201
+        return self.inner.get_output_embeddings()
+
+    def forward(self, input_ids, attention_mask, **kwargs):  # noqa: ANN001, ANN003, ANN201
+        keep = kwargs.pop("logits_to_keep", None)
+        if self.how == "refuses" and keep is not None:
+            raise TypeError("forward() got an unexpected keyword argument 'logits_to_keep'")
+        out = self.inner(input_ids=input_ids, attention_mask=attention_mask)
+        if self.how == "shifted" and keep is not None:  # the right shape, the wrong positions
+            out.logits = out.logits[keep.roll(1, dims=1)]
+        return out
+
+
+@pytest.mark.parametrize("how", ["native", "refuses", "ignores", "shifted"])
+def test_scores_at_learnt_positions_only_equal_those_read_off_every_position(tiny_corpus_dir, tiny_base_model_dir,
+                                                                             how):
+    # `_learnt_scores` asks the model for logits at the learnt positions only (`logits_at`);
+    # a model that cannot give them, or gives others, is found out on its first call and read
+    # whole: the scores are those read off the full log-softmax at every position.
+    from unlearning.logits import _LOGITS_AT
+    from unlearning.methods.targets import _learnt_scores, position_logprobs
+
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    examples = encode_all(tokenizer, list(load_corpus(tiny_corpus_dir / "corpus.jsonl").records)[:9])
+    reader = model if how == "native" else _Wrapped(model, how)
+    for _ in range(2):  # the first call checks the model, the second trusts what it found
+        scores = _learnt_scores(reader, tokenizer, examples, batch_size=4)
+        for example, lp, (positions, z, actual) in zip(examples, position_logprobs(model, tokenizer, examples),
+                                                      scores, strict=True):
+            assert positions == [t for t in range(len(example) - 1) if example.learnt[t + 1]]
+            rows = lp[positions]
+            p = rows.exp()
+            mu = (p * rows).sum(-1)
+            sigma = ((p * rows * rows).sum(-1) - mu * mu).clamp_min(0).sqrt()
+            expected = rows.gather(-1, torch.tensor([[example.ids[t + 1]] for t in positions])).squeeze(-1)
+            assert torch.allclose(actual, expected, atol=1e-4)
+            assert torch.allclose(z, (expected - mu) / sigma.clamp_min(1e-6), atol=1e-3)
+    assert getattr(reader, _LOGITS_AT) is (how == "native")
+
+
+@pytest.mark.parametrize("how", ["native", "ignores"])
+def test_continuation_scores_equal_those_read_off_every_position(tiny_corpus_dir, tiny_base_model_dir, how):
+    # Verification scores a continuation from the logits at its own positions only: the same
+    # token scores (Min-K%++'s log p, mu and sigma) as the full log-softmax at every position.
+    import numpy as np
+
+    from unlearning.verification.generation import score_continuations
+
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    reader = model if how == "native" else _Wrapped(model, how)
+    examples = encode_all(tokenizer, list(load_corpus(tiny_corpus_dir / "corpus.jsonl").records)[:7])
+    pairs = [(list(e.ids[: 3 + k]), list(e.ids[3 + k:])) for k, e in enumerate(examples)]
+    pairs.append((list(examples[0].ids), []))  # nothing to score
+    for scores in (score_continuations(reader, tokenizer, pairs, batch_size=3) for _ in range(2)):
+        for (prefix, continuation), score in zip(pairs, scores, strict=True):
+            ids = torch.tensor([prefix + continuation])
+            with torch.no_grad():
+                lp = F.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)[len(prefix) - 1:]
+            p = lp.exp()
+            mu = (p * lp).sum(-1)
+            sigma = ((p * lp.square()).sum(-1) - mu.square()).clamp_min(0).sqrt()
+            expected = lp.gather(-1, torch.tensor(continuation).reshape(-1, 1)).squeeze(-1)
+            assert score.logp.shape == (len(continuation),)
+            assert np.allclose(score.logp, expected.numpy(), atol=1e-4)
+            assert np.allclose(score.mu, mu.numpy(), atol=1e-4)
+            assert np.allclose(score.sigma, sigma.numpy(), atol=1e-4)
+
+
 def test_the_retained_records_nll_at_their_positions_is_the_full_nll_masked():
     # ASU's fine-tuning term on retained records takes the log-softmax at their own positions
     # only (`masked_nll`); value and gradient must be those of the whole-sequence NLL masked.

@@ -58,7 +58,7 @@ import logging
 import math
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,7 @@ from unlearning.identifiers import (
     names_in,
     replace_spans,
 )
+from unlearning.logits import logits_at
 from unlearning.methods.base import Batch, collate, max_positions, sequence_mean
 from unlearning.prompting import Example, encode_record, pad_id_of
 from unlearning.subjects import Subject
@@ -784,21 +785,47 @@ def _learnt_scores(model: nn.Module, tokenizer: Any, examples: Sequence[Example]
                    batch_size: int = 16) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
     """Per example: its learnt prediction positions t (of token t + 1), the calibrated score z
     of the actual token there (Min-K%++'s, Zhang et al. 2024) and its log-probability.
-    Reduced batch by batch: only one batch's next-token distributions are ever held."""
+    Only the learnt positions' next-token distributions are computed (`logits_at`), one
+    batch at a time."""
     out: list[tuple[list[int], torch.Tensor, torch.Tensor] | None] = [None] * len(examples)
-    for members in by_length(examples, batch_size):
-        chunk = [examples[i] for i in members]
-        for i, example, lp in zip(members, chunk, position_logprobs(model, tokenizer, chunk, batch_size=batch_size),
-                                  strict=True):
-            positions = [t for t in range(min(len(example) - 1, lp.shape[0])) if example.learnt[t + 1]]
-            rows = lp[positions]
-            p = rows.exp()
-            mu = (p * rows).sum(-1)
-            sigma = ((p * rows * rows).sum(-1) - mu * mu).clamp_min(0).sqrt()
-            ids = torch.tensor([[int(example.ids[t + 1])] for t in positions], dtype=torch.long).reshape(-1, 1)
-            actual = rows.gather(-1, ids).squeeze(-1)
-            out[i] = (positions, (actual - mu) / sigma.clamp_min(1e-6), actual)
+    for positions, rows, members in learnt_logprobs(model, tokenizer, examples, batch_size=batch_size):
+        for i, t_list, lp in zip(members, positions, rows, strict=True):
+            example = examples[i]
+            p = lp.exp()
+            mu = (p * lp).sum(-1)
+            sigma = ((p * lp * lp).sum(-1) - mu * mu).clamp_min(0).sqrt()
+            ids = torch.tensor([[int(example.ids[t + 1])] for t in t_list], dtype=torch.long).reshape(-1, 1)
+            actual = lp.gather(-1, ids).squeeze(-1)
+            out[i] = (t_list, (actual - mu) / sigma.clamp_min(1e-6), actual)
     return [scored for scored in out if scored is not None]
+
+
+def learnt_logprobs(model: nn.Module, tokenizer: Any, examples: Sequence[Example], *, batch_size: int = 16,
+                    ) -> Iterator[tuple[list[list[int]], list[torch.Tensor], list[int]]]:
+    """Per batch of similar lengths (`by_length`), as it is computed (one batch's
+    distributions held at a time): each member's learnt prediction positions t (those whose
+    next token t + 1 training taught, within the model's positions), the next-token
+    log-probabilities there (positions, V), and the members' indices."""
+    limit = max_positions(model)
+    was_training = model.training
+    model.eval()
+    pad = pad_id_of(tokenizer)
+    device = next(model.parameters()).device
+    try:
+        for members in by_length(examples, batch_size):
+            chunk = [examples[i].truncated(limit) if limit is not None and len(examples[i]) > limit else examples[i]
+                     for i in members]
+            batch = collate(chunk, pad, list(range(len(chunk)))).to(device)
+            positions = [[t for t in range(len(e) - 1) if e.learnt[t + 1]] for e in chunk]
+            keep = torch.zeros(batch.input_ids.shape, dtype=torch.bool)
+            for b, t_list in enumerate(positions):
+                keep[b, t_list] = True
+            with torch.no_grad():
+                logprobs = F.log_softmax(logits_at(model, batch.input_ids, batch.attention_mask,
+                                                   keep.to(device)).float(), dim=-1).cpu()
+            yield positions, list(torch.split(logprobs, [len(t) for t in positions])), members
+    finally:
+        model.train(was_training)
 
 
 def _familiarity(model: nn.Module, tokenizer: Any, examples: Sequence[Example],

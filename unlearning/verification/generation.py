@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from unlearning.logits import logits_at
 from unlearning.modeling import fit_prompts, position_limit
 from unlearning.probes import CLOZE_INSTRUCTION, Probe
 from unlearning.prompting import (
@@ -299,21 +300,25 @@ def _score_pieces(
         for row, i in enumerate(idx):
             ids[row, : len(full[i])] = torch.tensor(full[i])
             mask[row, : len(full[i])] = 1
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-        logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
+        # Position t predicts token t + 1: the scored tokens' positions, the only ones whose
+        # next-token distribution is computed (`logits_at`).
+        keep = torch.zeros((len(idx), width), dtype=torch.bool)
+        for row, i in enumerate(idx):
+            keep[row, max(starts[i], 1) - 1: len(full[i]) - 1] = True
+        logprobs = torch.log_softmax(logits_at(model, ids.to(device), mask.to(device), keep.to(device)).float(),
+                                     dim=-1)
         probs = logprobs.exp()
         mu = (probs * logprobs).sum(-1)
         sigma = ((probs * logprobs.square()).sum(-1) - mu.square()).clamp_min(0).sqrt()
-        targets = ids[:, 1:].to(device)
-        token_logp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        for row, i in enumerate(idx):
-            start = max(starts[i], 1) - 1
-            end = len(full[i]) - 1
-            out[i] = TokenScores(
-                logp=token_logp[row, start:end].cpu().numpy(),
-                mu=mu[row, start:end].cpu().numpy(),
-                sigma=sigma[row, start:end].cpu().numpy(),
-            )
+        nexts = torch.roll(ids, -1, dims=1)[keep].to(device)
+        token_logp = logprobs.gather(-1, nexts.unsqueeze(-1)).squeeze(-1).cpu().numpy()
+        mu_np, sigma_np = mu.cpu().numpy(), sigma.cpu().numpy()
+        offset = 0
+        for i in idx:  # `keep` is row-major: each row's scored positions in order
+            count = max(0, len(full[i]) - max(starts[i], 1))
+            part = slice(offset, offset + count)
+            out[i] = TokenScores(logp=token_logp[part], mu=mu_np[part], sigma=sigma_np[part])
+            offset += count
     return [out[i] for i in range(len(full))]
 
 
