@@ -3,7 +3,8 @@ tokenizer trained in the test (never downloaded):
 
 - a chat template that refuses a system turn (Gemma's) with a corpus whose chats have one;
 - records longer than the model's positions (GPT-2's learnt position embeddings), in
-  generation, scoring, the relearning attack and KIF's signature prompts;
+  generation, scoring, the relearning attack and KIF's signature prompts; MPT's positions
+  (ALiBi built for `max_seq_len`, which its config does not alias as `max_position_embeddings`);
 - architectures with no sdpa attention (BLOOM, Gemma2): they load with eager attention;
 - an architecture ASU cannot temper (Falcon's alibi): the result says so.
 """
@@ -89,6 +90,8 @@ def _config(arch: str, tokenizer: Any, *, positions: int = 128) -> Any:
         "falcon": lambda: T.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                          alibi=True, multi_query=True, new_decoder_architecture=False,
                                          parallel_attn=True, bias=False, **ids),
+        "mpt": lambda: T.MptConfig(d_model=32, n_heads=2, n_layers=2, expansion_ratio=2, max_seq_len=positions,
+                                   **ids),
     }[arch]()
 
 
@@ -260,6 +263,22 @@ def test_kif_reads_the_activations_of_prompts_longer_than_the_positions_at_their
     assert torch.allclose(acts["prompt_end"][:, 0], alone["prompt_end"][:, 0], atol=1e-5)
     assert torch.allclose(acts["subject"][:, 0], alone["subject"][:, 0], atol=1e-5)
     assert torch.allclose(acts["subject"][:, 1], alone["prompt_end"][:, 0], atol=1e-5)
+
+
+def test_mpt_takes_no_more_than_its_max_seq_len_positions(tmp_path: Path) -> None:
+    # MPT adds an ALiBi bias built for `max_seq_len` positions to every attention score: a longer
+    # sequence was a RuntimeError (sizes do not match) in scoring and generation.
+    from unlearning.modeling import load_model, position_limit
+    from unlearning.prompting import encode_text
+    from unlearning.verification.generation import generate_texts, score_examples
+
+    model, tokenizer = load_model(_model_dir(tmp_path, "mpt", _tokenizer(), positions=32), device="cpu")
+    assert position_limit(model) == 32
+    example = encode_text(tokenizer, " ".join(TEXTS * 3))
+    assert len(example) > 32
+    scores = score_examples(model, tokenizer, [example])[0]
+    assert scores.logp.shape == (len(example) - 1,) and torch.isfinite(torch.from_numpy(scores.logp)).all()
+    assert len(generate_texts(model, tokenizer, [_long_ids(tokenizer, 100)], max_new_tokens=8)) == 1
 
 
 # ------------------------------------------------------------------ 3. no sdpa attention

@@ -97,9 +97,12 @@ def encode_all(tokenizer: Any, records: Sequence[Record], *, max_length: int = 5
 
 
 def max_positions(model: nn.Module) -> int | None:
-    """The longest sequence the model's position embeddings take, if its config says."""
+    """The longest sequence the model's position embeddings take, if its config says.
+
+    MPT's config names it `max_seq_len` alone (no `max_position_embeddings` alias): its ALiBi
+    bias is built for that many positions, and a longer sequence fails to add to it."""
     config = getattr(model, "config", None)
-    for name in ("max_position_embeddings", "n_positions"):
+    for name in ("max_position_embeddings", "n_positions", "max_seq_len"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
             return value
