@@ -369,6 +369,33 @@ def test_a_cost_figure_measured_again_after_the_run_says_so_beside_the_table() -
     assert "`step_time` re-measured" not in md
 
 
+def test_batching_takes_each_side_at_its_fastest_of_alternating_rounds(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    from bench import cost
+    from bench.report import _cost
+
+    calls: list[int] = []
+    seconds = iter([40.0, 130.0, 35.0, 140.0])  # 1, n, 1, n: each side's best is another round's
+
+    def job(assets: object, corpus: object, people: list[dict[str, object]], **_: object) -> dict[str, float]:
+        calls.append(len(people))
+        total = next(seconds)
+        return {"sets_s": 0.0, "erase_s": total / 2, "verify_s": total / 2, "total_s": total}
+
+    monkeypatch.setattr(cost, "_job", job)
+    monkeypatch.setattr("unlearning.corpus.load_corpus", lambda path: [])
+    assets = type("A", (), {"corpus_file": tmp_path / "c.jsonl",
+                            "people": lambda self: [{"person_id": i} for i in range(30)]})()
+    result = cost.batching(QUICK, assets, work=tmp_path, console=Console(quiet=True))  # type: ignore[arg-type]
+    n = QUICK.batching_subjects
+    assert calls == [1, n, 1, n]
+    assert (result["one_s"], result["many_s"], result["ratio"]) == (35.0, 130.0, 130.0 / 35.0)
+    assert result["one_runs_s"] == [40.0, 35.0] and result["many_runs_s"] == [130.0, 140.0]
+    md = "\n".join(_cost({"batching": result}))
+    assert (f"| one job for {n} subjects / one job for 1 | 3.714 | <= 3 | 130.0 s vs 35.0 s (best of 2 "
+            "alternating rounds: 130.0, 140.0 s vs 40.0, 35.0 s) |") in md
+
+
 def test_the_index_table_gives_build_look_up_and_the_10_gb_figure() -> None:
     from bench.report import _index
 
