@@ -483,6 +483,49 @@ def forward_error(model: Any, token: int = 0) -> Exception | None:
     return None
 
 
+def left_padding_leaks(model: Any, pad: int) -> bool:
+    """Whether masked left padding changes what `model` predicts after it.
+
+    Generation pads a batch's prompts on the left and masks the pads.  An architecture that
+    reads no attention mask (RWKV: "`attention_mask` was passed, but it is unused") runs the
+    pads through its recurrent state instead, so a prompt's answer depended on the longer
+    prompts batched with it (a trained RWKV answered one badge question differently alone and
+    beside a longer question).  One forward pass of two rows: the log-probabilities after three
+    tokens behind three masked pads and before three (which a causal model never reads), with
+    the position ids generation gives (where the model takes them).  A probe that does not run
+    says no: generation then names its own error."""
+    import inspect
+
+    import torch
+
+    device = next(model.parameters()).device
+    real = [t for t in range(1, 8) if t != pad][:3]
+    ids = torch.tensor([[pad] * 3 + real, [*real, pad, pad, pad]], device=device)
+    mask = torch.tensor([[0] * 3 + [1] * 3, [1] * 3 + [0] * 3], device=device)
+    extra: dict[str, Any] = {}
+    if "position_ids" in inspect.signature(model.forward).parameters:
+        extra["position_ids"] = (mask.cumsum(-1) - 1).clamp_min(0)
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **extra).logits.float()
+    except (ValueError, TypeError, AttributeError, RuntimeError, NotImplementedError):
+        return False
+    padded, alone = logits[0, -1].log_softmax(-1), logits[1, 2].log_softmax(-1)
+    tolerance = 1e-3 if next(model.parameters()).dtype == torch.float32 else 1e-1
+    return bool((padded - alone).abs().max() > tolerance)
+
+
+def equal_length_batches(batches: Sequence[Sequence[int]], lengths: Sequence[int]) -> list[list[int]]:
+    """Each batch of prompt indices split into runs of prompts of one length (no padding at all)."""
+    out: list[list[int]] = []
+    for batch in batches:
+        runs: dict[int, list[int]] = {}
+        for i in batch:
+            runs.setdefault(lengths[i], []).append(i)
+        out.extend(runs.values())
+    return out
+
+
 def _switch_off_a_broken_cache(model: Any, tokenizer: Any) -> None:
     """Switch `model`'s key/value cache off where a forward pass with it fails.
 
@@ -545,12 +588,16 @@ def _generate(
     # answer runs to `max_new_tokens`, as the scorers' generation does (`verification.generation`).
     eos_id = tokenizer.eos_token_id
     prompts, max_new_tokens = fit_prompts(model, prompts, max_new_tokens)
+    batches = [list(range(start, min(start + batch_size, len(prompts))))
+               for start in range(0, len(prompts), batch_size)]
+    if left_padding_leaks(model, pad_id):  # pads would run through the model: one length a batch
+        batches = equal_length_batches(batches, [len(p) for p in prompts])
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # sampled generations are reproducible for a given seed
-    outputs: list[str] = []
+    outputs = [""] * len(prompts)
     try:
-        for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start:start + batch_size]
+        for batch in batches:
+            chunk = [prompts[i] for i in batch]
             width = max(len(p) for p in chunk)
             # Left padding: every prompt ends at the same column, so generation continues
             # each one from its own last token.
@@ -568,10 +615,10 @@ def _generate(
                     max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_id,
                     **options,
                 )
-            for row in generated[:, width:].tolist():
+            for i, row in zip(batch, generated[:, width:].tolist(), strict=True):
                 if eos_id is not None and eos_id in row:
                     row = row[: row.index(eos_id)]
-                outputs.append(tokenizer.decode(row, skip_special_tokens=True).strip())
+                outputs[i] = tokenizer.decode(row, skip_special_tokens=True).strip()
     finally:
         torch.random.set_rng_state(generator_state)
     return outputs

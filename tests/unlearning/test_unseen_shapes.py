@@ -6,7 +6,8 @@ tokenizer trained in the test (never downloaded):
   generation, scoring, the relearning attack and KIF's signature prompts; MPT's positions
   (ALiBi built for `max_seq_len`, which its config does not alias as `max_position_embeddings`);
 - architectures with no sdpa attention (BLOOM, Gemma2): they load with eager attention;
-- an architecture ASU cannot temper (Falcon's alibi): the result says so.
+- an architecture ASU cannot temper (Falcon's alibi): the result says so;
+- an architecture that reads no attention mask (RWKV): generation batches no pads into it.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def _config(arch: str, tokenizer: Any, *, positions: int = 128) -> Any:
                                          parallel_attn=True, bias=False, **ids),
         "mpt": lambda: T.MptConfig(d_model=32, n_heads=2, n_layers=2, expansion_ratio=2, max_seq_len=positions,
                                    **ids),
+        "rwkv": lambda: T.RwkvConfig(hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
+                                     intermediate_size=64, context_length=positions, **ids),
     }[arch]()
 
 
@@ -375,3 +378,29 @@ def test_an_architecture_that_fails_with_its_own_cache_loads_without_it_and_gene
     assert len(answers) == 1
     llama, _ = load_model(_model_dir(tmp_path, "llama", tokenizer), device="cpu")
     assert llama.config.use_cache is not False  # a model whose cache runs keeps it
+
+
+# ------------------------------------------------------------------ 6. an attention mask that is not read
+
+
+def test_generation_gives_a_model_that_reads_no_attention_mask_no_pads(tmp_path: Path) -> None:
+    # RWKV ignores the attention mask, so the left padding of a batched generation ran through its
+    # state: a prompt's answer depended on the longer prompts batched with it.
+    from unlearning.modeling import generate_answers, left_padding_leaks, load_model
+    from unlearning.prompting import pad_id_of
+    from unlearning.verification.generation import generate_texts
+
+    tokenizer = _tokenizer()
+    model, tok = load_model(_model_dir(tmp_path, "rwkv", tokenizer), device="cpu")
+    if not left_padding_leaks(model, pad_id_of(tok)):
+        pytest.skip("the installed transformers' RWKV reads the attention mask")
+    short, long = _long_ids(tok, 4), _long_ids(tok, 30)
+    alone = generate_texts(model, tok, [short], max_new_tokens=6)
+    assert generate_texts(model, tok, [long, short, short[:3]], max_new_tokens=6)[1] == alone[0]
+    questions = [f"Who is {SUBJECT}?", "What is the email address of Alden Ashgrove, who works as a glassblower?"]
+    assert generate_answers(model, tok, questions, max_new_tokens=6)[0] == generate_answers(
+        model, tok, questions[:1], max_new_tokens=6)[0]
+    llama, llama_tok = load_model(_model_dir(tmp_path, "llama", tokenizer), device="cpu")
+    assert not left_padding_leaks(llama, pad_id_of(llama_tok))  # a model that reads its mask keeps its batches
+    gpt2, gpt2_tok = load_model(_model_dir(tmp_path, "gpt2", tokenizer), device="cpu")
+    assert not left_padding_leaks(gpt2, pad_id_of(gpt2_tok))  # learnt positions, given as generation does

@@ -26,7 +26,12 @@ import numpy as np
 import torch
 
 from unlearning.logits import logits_at
-from unlearning.modeling import fit_prompts, position_limit
+from unlearning.modeling import (
+    equal_length_batches,
+    fit_prompts,
+    left_padding_leaks,
+    position_limit,
+)
 from unlearning.probes import CLOZE_INSTRUCTION, Probe
 from unlearning.prompting import (
     Example,
@@ -122,7 +127,10 @@ def _generate(
     prompts, max_new_tokens = fit_prompts(model, prompts, max_new_tokens)
     out: list[list[str]] = [[] for _ in prompts]
     per_prompt = max(samples, 1)
-    for number, idx in enumerate(_batches([len(p) for p in prompts], batch_size)):
+    batches = _batches([len(p) for p in prompts], batch_size)
+    if left_padding_leaks(model, pad):  # pads would run through the model: one length a batch
+        batches = equal_length_batches(batches, [len(p) for p in prompts])
+    for number, idx in enumerate(batches):
         ids, mask = _left_padded(prompts, idx, pad, device)
         kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
