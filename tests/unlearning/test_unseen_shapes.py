@@ -7,7 +7,8 @@ tokenizer trained in the test (never downloaded):
   (ALiBi built for `max_seq_len`, which its config does not alias as `max_position_embeddings`);
 - architectures with no sdpa attention (BLOOM, Gemma2): they load with eager attention;
 - an architecture ASU cannot temper (Falcon's alibi): the result says so;
-- an architecture that reads no attention mask (RWKV): generation batches no pads into it.
+- an architecture that reads no attention mask (RWKV): generation batches no pads into it;
+- a KIF checkpoint of a base that fills a non-persistent buffer from its parent module (Falcon-H1).
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def _config(arch: str, tokenizer: Any, *, positions: int = 128) -> Any:
                                          parallel_attn=True, bias=False, **ids),
         "mpt": lambda: T.MptConfig(d_model=32, n_heads=2, n_layers=2, expansion_ratio=2, max_seq_len=positions,
                                    **ids),
+        "falcon_h1": lambda: T.FalconH1Config(num_key_value_heads=1, mamba_d_ssm=32, mamba_n_heads=2,
+                                              mamba_d_state=8, mamba_chunk_size=16, **common),
         "rwkv": lambda: T.RwkvConfig(hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
                                      intermediate_size=64, context_length=positions, **ids),
     }[arch]()
@@ -404,3 +407,27 @@ def test_generation_gives_a_model_that_reads_no_attention_mask_no_pads(tmp_path:
     assert not left_padding_leaks(llama, pad_id_of(llama_tok))  # a model that reads its mask keeps its batches
     gpt2, gpt2_tok = load_model(_model_dir(tmp_path, "gpt2", tokenizer), device="cpu")
     assert not left_padding_leaks(gpt2, pad_id_of(gpt2_tok))  # learnt positions, given as generation does
+
+
+# ------------------------------------------------------------------ 7. a buffer the base computes at load
+
+
+def test_a_kif_checkpoint_of_falcon_h1_loads_its_base_as_the_base(tmp_path: Path) -> None:
+    # Falcon-H1's model fills each layer's non-persistent `mup_vector` in its own `_init_weights`;
+    # loaded as remote code, the gated class skipped it and kept uninitialised memory (the KIF
+    # candidate's verification died on NaN probabilities in sampled generation).
+    from unlearning.checkpoints import save_checkpoint
+    from unlearning.methods import kif_remote
+    from unlearning.methods.kif import build_gated_model
+    from unlearning.modeling import load_model
+
+    base, tok = load_model(_model_dir(tmp_path, "falcon_h1", _tokenizer()), device="cpu")
+    ids = torch.tensor([_long_ids(tok, 12)])
+    with torch.no_grad():
+        expected = base(input_ids=ids).logits
+    gated = build_gated_model(base, {0: kif_remote.SuppressionGate(32, 1)}, k=1)
+    save_checkpoint(gated, tok, tmp_path / "kif", {"method": "kif"})
+    for gates in (False, True):  # a gate of strength 0 changes nothing either way
+        loaded, _ = load_model(tmp_path / "kif", device="cpu", gates=gates)
+        with torch.no_grad():
+            assert torch.allclose(loaded(input_ids=ids).logits, expected, atol=1e-5)

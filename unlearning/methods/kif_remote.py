@@ -164,6 +164,15 @@ class KIFGatesMixin:
             return
         super()._init_weights(module)  # type: ignore[misc]
 
+    @classmethod
+    def is_custom_code(cls) -> bool:
+        # The modeling code is transformers' own base class (the gates initialise nothing).  As
+        # "custom code" (this module is not transformers'), loading skips `_init_weights` of a
+        # module with no tensor of its own, which is where some bases fill a non-persistent
+        # buffer of their submodules: Falcon-H1's model writes each layer's `mup_vector` there,
+        # left as uninitialised memory (NaN logits, gates on or off) in a loaded KIF checkpoint.
+        return False
+
 
 _GATED: dict[str, type] = {}
 
