@@ -1,6 +1,7 @@
 """The engine on an architecture and tokenizer it was never tuned on, trained the way a user would.
 
-    python -m bench.unseen --arch qwen3 --tokenizer unigram --out DIR [--steps 900]
+    python -m bench.unseen --arch qwen3 --tokenizer unigram --out DIR [--steps 900] [--method asu --method kif]
+                           [--no-oracle] [--no-retry]
 
 Builds a corpus of 24 invented people (names with diacritics, hyphens and apostrophes), 8
 records each in free text and `prompt`/`response` form with facts repeated across records (a
@@ -8,8 +9,9 @@ badge number in a biography and in an HR answer), and 6 control people; trains a
 of the chosen style on it; trains a 3-layer model of the chosen architecture, built from its
 config, with a plain Hugging Face loop (AdamW), not the project's `train-base`; and the same
 recipe without the subject's records (the retrain oracle).  Then, through the command line
-a user runs: `erase --report` (default ASU with the policy's one retry) and `verify` of the
-oracle and of the base.  Prints one line per model: the verdict and the checks that failed.
+a user runs: `erase --report` (default ASU with the policy's one retry; `--method kif` too where
+asked) and `verify` of the oracle and of the base.  Prints one line per model: the verdict, the
+checks that failed and any metric the engine left NaN.
 
 Used for docs/methods.md, "Architectures, tokenizers and a corpus the project had never
 seen".  Nothing is downloaded: the configs are transformers' classes, the tokenizers are
@@ -41,8 +43,18 @@ PROJECTS = ("Aurora", "Basalt", "Cobalt", "Driftwood", "Ember", "Fennel", "Grani
 # recurrent hybrid added 2026-12-06.
 # Qwen2 added 2026-12-06: transformers gives it the Qwen2Tokenizer class, which rebuilt the
 # pre-tokenizer of any tokenizer saved beside it (`modeling.load_tokenizer`).
+# Added 2026-12-06 (evening), each for what the covered ones lack: ALiBi with no rotary and no sdpa
+# (bloom, mpt: no `model.model`, its own position limit), rotary Falcon's parallel blocks with GQA,
+# soft-capped attention and logits with sliding windows (gemma2), local attention with no scaling
+# (gpt_neo), a logit scale with tied embeddings (cohere), multipliers on embeddings, residuals and
+# logits (granite), norms after each sublayer (olmo2), MoE routing (qwen3_moe; gpt_oss with
+# attention sinks; deepseek_v3 with latent attention), sinusoidal positions (xglm), a
+# convolution hybrid with its own cache (lfm2), an RNN with no attention that reads no attention
+# mask (rwkv), and attention beside Mamba2 in every layer with multipliers (falcon_h1).
 ARCHITECTURES = ("qwen3", "stablelm", "phi3", "gpt_bigcode", "gemma", "gptj", "mixtral", "mamba",
-                 "recurrent_gemma", "qwen2")
+                 "recurrent_gemma", "qwen2", "bloom", "mpt", "falcon", "gemma2", "gpt_neo", "cohere", "granite",
+                 "olmo2", "qwen3_moe", "gpt_oss", "deepseek_v3", "xglm", "lfm2", "rwkv", "falcon_h1")
+METHODS = ("asu", "kif")
 TOKENIZERS = ("unigram", "wordpiece")
 PEOPLE, CONTROLS, SUBJECT = 24, 6, 3
 
@@ -143,6 +155,37 @@ def config(arch: str, tok: Any, hidden: int = 96) -> Any:
         "recurrent_gemma": lambda: T.RecurrentGemmaConfig(
             hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=3, num_attention_heads=4,
             num_key_value_heads=1, lru_width=hidden, attention_window_size=64, **ids),
+        "bloom": lambda: T.BloomConfig(hidden_size=hidden, n_layer=3, n_head=4, **ids),
+        "mpt": lambda: T.MptConfig(d_model=hidden, n_heads=4, n_layers=3, expansion_ratio=2, max_seq_len=256, **ids),
+        "falcon": lambda: T.FalconConfig(hidden_size=hidden, num_hidden_layers=3, num_attention_heads=4,
+                                         num_kv_heads=2, new_decoder_architecture=True, alibi=False,
+                                         max_position_embeddings=256, **ids),
+        "gemma2": lambda: T.Gemma2Config(num_key_value_heads=2, head_dim=24, sliding_window=32,
+                                         query_pre_attn_scalar=24, **common),
+        "gpt_neo": lambda: T.GPTNeoConfig(hidden_size=hidden, num_layers=3, num_heads=4, window_size=16,
+                                          attention_types=[[["global", "local"], 1], [["global"], 1]],
+                                          max_position_embeddings=256, **ids),
+        "cohere": lambda: T.CohereConfig(num_key_value_heads=2, logit_scale=0.25, **common),
+        "granite": lambda: T.GraniteConfig(num_key_value_heads=2, embedding_multiplier=12.0, logits_scaling=4.0,
+                                           residual_multiplier=0.22, attention_multiplier=1 / 24, **common),
+        "olmo2": lambda: T.Olmo2Config(num_key_value_heads=2, **common),
+        "qwen3_moe": lambda: T.Qwen3MoeConfig(num_key_value_heads=2, head_dim=24, num_experts=4,
+                                              num_experts_per_tok=2, moe_intermediate_size=hidden, **common),
+        "gpt_oss": lambda: T.GptOssConfig(num_key_value_heads=2, head_dim=24, num_local_experts=4,
+                                          num_experts_per_tok=2, sliding_window=32, **common),
+        "deepseek_v3": lambda: T.DeepseekV3Config(
+            num_key_value_heads=4, moe_intermediate_size=hidden // 2, n_shared_experts=1, n_routed_experts=4,
+            num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, kv_lora_rank=16,
+            q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, **common),
+        "xglm": lambda: T.XGLMConfig(d_model=hidden, ffn_dim=2 * hidden, num_layers=3, attention_heads=4,
+                                     max_position_embeddings=256, dropout=0.0, attention_dropout=0.0, **ids),
+        "lfm2": lambda: T.Lfm2Config(num_key_value_heads=2, full_attn_idxs=[1], block_auto_adjust_ff_dim=False,
+                                     **common),
+        "rwkv": lambda: T.RwkvConfig(hidden_size=hidden, num_hidden_layers=3, attention_hidden_size=hidden,
+                                     intermediate_size=2 * hidden, context_length=256, **ids),
+        "falcon_h1": lambda: T.FalconH1Config(num_key_value_heads=2, mamba_d_ssm=hidden, mamba_n_heads=4,
+                                              mamba_d_state=16, mamba_chunk_size=16, embedding_multiplier=2.0,
+                                              lm_head_multiplier=0.5, **common),
     }
     if arch not in builders:
         raise ValueError(f"unknown architecture {arch!r}; one of {', '.join(ARCHITECTURES)}")
@@ -180,9 +223,15 @@ def train(arch: str, tok: Any, texts: list[str], out: Path, *, steps: int, seed:
 
 
 def _verdict(report: Path) -> str:
+    if not report.exists():
+        return "NO REPORT (the run failed: see its error above)"
     data = json.loads(report.read_text(encoding="utf-8"))
     failed = [c["metric"] for c in data["checks"] if not c["passed"] and c.get("decides_pass", True)]
-    return ("PASS" if data["passed"] else "fail") + (f" ({', '.join(failed)})" if failed else "")
+    # A metric the report could not write as a number (NaN, infinite) is null there; one the
+    # verifier did not measure says why in `unmeasured`, any other is a NaN from the engine.
+    nan = [name for name, value in data["metrics"].items() if value is None and name not in data["unmeasured"]]
+    return (("PASS" if data["passed"] else "fail") + (f" ({', '.join(failed)})" if failed else "")
+            + (f"; NaN metrics: {', '.join(nan)}" if nan else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", choices=TOKENIZERS, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=900)
+    parser.add_argument("--method", action="append", choices=METHODS,
+                        help="erase with this method too (repeat; default: asu alone)")
+    parser.add_argument("--no-oracle", action="store_true",
+                        help="train and verify no oracle (a run that asks whether the engine runs at all)")
+    parser.add_argument("--no-retry", action="store_true", help="erase without the policy's one retry")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -201,25 +255,33 @@ def main(argv: list[str] | None = None) -> int:
     texts = [text_of(r) for r in trained]
     started = time.perf_counter()
     base_loss = train(args.arch, tok, texts, out / "base", steps=args.steps)
-    oracle_loss = train(args.arch, tok, [t for t in texts if subject["name"] not in t], out / "oracle",
-                        steps=args.steps)
-    print(f"{args.arch}/{args.tokenizer}: trained base (loss {base_loss:.3f}) and oracle (loss {oracle_loss:.3f}) "
-          f"in {time.perf_counter() - started:.0f} s")
+    oracle = ""
+    if not args.no_oracle:
+        oracle_loss = train(args.arch, tok, [t for t in texts if subject["name"] not in t], out / "oracle",
+                            steps=args.steps)
+        oracle = f" and oracle (loss {oracle_loss:.3f})"
+    print(f"{args.arch}/{args.tokenizer}: trained base (loss {base_loss:.3f}){oracle} "
+          f"in {time.perf_counter() - started:.0f} s", flush=True)
     who = ["--corpus", str(out / "corpus.jsonl"), "--subject", subject["name"], "--identifier", subject["badge"],
            "--identifier", subject["email"], "--control", str(out / "control.jsonl")]
     cli = [sys.executable, "-m", "unlearning", "-q"]
-    started = time.perf_counter()
-    subprocess.run([*cli, "erase", "--model", str(out / "base"), *who, "--out", str(out / "asu"),
-                    "--report", str(out / "asu.json")], check=False)
-    print(f"erase with the retry: {time.perf_counter() - started:.0f} s")
-    for model in ("oracle", "base"):
+    rows: list[tuple[str, Path]] = []
+    for method in args.method or ["asu"]:
+        name = "asu" if method == "asu" else method  # asu keeps the names earlier runs wrote
+        started = time.perf_counter()
+        subprocess.run([*cli, "erase", "--model", str(out / "base"), *who, "--method", method,
+                        "--out", str(out / name), "--report", str(out / f"{name}.json"),
+                        *(["--no-retry"] if args.no_retry else [])], check=False)
+        print(f"erase ({method}){'' if args.no_retry else ' with the retry'}: "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+        first = out / f"{name}.first.json"
+        rows.append((f"{method}, at once", first if first.exists() else out / f"{name}.json"))
+        if first.exists():
+            rows.append((f"{method}, after the retry", out / f"{name}.json"))
+    for model in ("base",) if args.no_oracle else ("oracle", "base"):
         subprocess.run([*cli, "verify", "--model", str(out / model), "--base", str(out / "base"), *who,
                         "--report", str(out / f"{model}.json")], check=False, stdout=subprocess.DEVNULL)
-    first = out / "asu.first.json"
-    rows = [("asu, at once", first if first.exists() else out / "asu.json")]
-    if first.exists():
-        rows.append(("asu, after the retry", out / "asu.json"))
-    rows += [("oracle", out / "oracle.json"), ("base", out / "base.json")]
+        rows.append((model, out / f"{model}.json"))
     for label, report in rows:
         print(f"  {label}: {_verdict(report)}")
     return 0
