@@ -71,3 +71,37 @@ def test_an_architecture_that_reads_a_linear_weight_itself_gets_the_int8_round_t
     rounded4, scheme4 = quantised4_copy(model, group_size=16)
     assert scheme4 == "int4-rtn-g16"
     assert all(torch.equal(before[k], w) for k, w in _linear_weights(model).items())
+
+
+def _mixtral() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return T.MixtralForCausalLM(T.MixtralConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)).eval()
+
+
+def test_stacked_expert_matrices_are_rounded_as_the_linear_weights_are() -> None:
+    # transformers keeps a mixture's experts as (experts, out, in) parameters, not Linears: both
+    # attacks round them onto the grid they put every Linear on, the model left as it was; a
+    # Mamba convolution's 3-D kernel is no expert stack and is left alone.
+    from unlearning.verification.attacks.quantization import stacked_expert_weights
+
+    model = _mixtral()
+    stacks = {name: p.detach().clone() for name, p in model.named_parameters() if p.dim() == 3}
+    assert len(stacks) == 4 and len(stacked_expert_weights(model)) == 4  # gate_up and down, 2 layers
+    assert stacked_expert_weights(_mamba()) == []
+    rounded4, _ = quantised4_copy(model, group_size=16)
+    rounded8, scheme = quantised_copy(model)
+    assert scheme == "torch-dynamic-int8"
+    for name, before in stacks.items():
+        four, eight = rounded4.get_parameter(name).detach(), rounded8.get_parameter(name).detach()
+        assert not torch.equal(four, before) and not torch.equal(eight, before)
+        groups = before.reshape(-1, before.shape[-1] // 16, 16)
+        levels = four.reshape(groups.shape) / (groups.abs().amax(dim=-1, keepdim=True) / 7)
+        assert torch.allclose(levels, levels.round(), atol=1e-3) and float(levels.abs().max()) <= 7 + 1e-3
+        steps = eight / (before.abs().amax(dim=-1, keepdim=True) / 127)
+        assert torch.allclose(steps, steps.round(), atol=1e-3)
+        assert torch.equal(model.get_parameter(name).detach(), before)
+    with torch.no_grad():
+        for quantised in (rounded4, rounded8):
+            assert torch.isfinite(quantised(input_ids=torch.tensor([[1, 5, 9, 3]])).logits).all()

@@ -17,6 +17,13 @@ onto the original grid; the effect is strongest at 4 bits.
   rounded and scaled back (the weight format of GPTQ/AWQ-style 4-bit serving
   without their calibration, i.e. the plain RTN baseline of the paper).
 
+A mixture of experts whose experts are stacked in one 3-D parameter (transformers 5 keeps
+Mixtral's, Qwen3-MoE's, DeepSeek-V3's and gpt-oss's experts as `(experts, a, b)` tensors, not
+`nn.Linear`s) has each expert matrix rounded the same way, along its last axis (the input
+axis of Mixtral-style `(experts, out, in)`, the output axis of gpt-oss's `(experts, in,
+out)`: a 4- or 8-bit grid either way): they hold most of such a model's weights, and an
+attack that left them at full precision would leave most of the model unrounded.
+
     attack.quant_leakage / attack.quant4_leakage = greedy leak rate on forget probes
     attack.quant_control / attack.quant4_control = the same on control probes
 """
@@ -49,6 +56,9 @@ def quantised_copy(model: Any) -> tuple[Any, str]:
             )
         failure = forward_error(dynamic)
         if failure is None:
+            with torch.no_grad():
+                for weight in stacked_expert_weights(dynamic):
+                    weight.copy_(_int8_rows(weight))
             return dynamic, "torch-dynamic-int8"
         # Some architectures' own code reads a Linear's weight tensor (Mamba's `dt_proj.weight @ x`),
         # which the quantised module replaces by a method: their weights are rounded instead.
@@ -62,23 +72,42 @@ def quantised_copy(model: Any) -> tuple[Any, str]:
     with torch.no_grad():
         for module in quantised.modules():
             if isinstance(module, torch.nn.Linear):
-                weight = module.weight.float()
-                scale = weight.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
-                module.weight.copy_((weight / scale).round().clamp(-127, 127).mul(scale).to(dtype))
+                module.weight.copy_(_int8_rows(module.weight))
+        for weight in stacked_expert_weights(quantised):
+            weight.copy_(_int8_rows(weight))
     return quantised, scheme
 
 
-def int4_roundtrip(weight: torch.Tensor, group_size: int = 32) -> torch.Tensor:
-    """Group-wise symmetric 4-bit round trip of a (out, in) weight matrix."""
-    out_features, in_features = weight.shape
+def _int8_rows(weight: torch.Tensor) -> torch.Tensor:
+    """Symmetric int8 round trip of each row (the last axis) of a weight."""
     w = weight.float()
+    scale = w.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127.0
+    return (w / scale).round().clamp(-127, 127).mul(scale).to(weight.dtype)
+
+
+def stacked_expert_weights(model: Any) -> list[torch.nn.Parameter]:
+    """The 3-D parameters a module holds itself, outside torch's own layers: a mixture of
+    experts' stacked expert matrices (a convolution's 3-D kernel is not one)."""
+    found = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.conv._ConvNd):
+            continue
+        found.extend(p for p in module.parameters(recurse=False) if p.dim() == 3 and p.is_floating_point())
+    return found
+
+
+def int4_roundtrip(weight: torch.Tensor, group_size: int = 32) -> torch.Tensor:
+    """Group-wise symmetric 4-bit round trip of a (out, in) weight matrix, or of each matrix of
+    a stack of them (experts, out, in): groups of `group_size` along the last axis."""
+    *lead, in_features = weight.shape
+    w = weight.float().reshape(-1, in_features)
     pad = (-in_features) % group_size
     if pad:
         w = torch.nn.functional.pad(w, (0, pad))
-    groups = w.reshape(out_features, -1, group_size)
+    groups = w.reshape(w.shape[0], -1, group_size)
     scale = groups.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 7.0
     rounded = (groups / scale).round().clamp(-7, 7) * scale
-    return rounded.reshape(out_features, -1)[:, :in_features].to(weight.dtype)
+    return rounded.reshape(w.shape[0], -1)[:, :in_features].reshape(*lead, in_features).to(weight.dtype)
 
 
 def quantised4_copy(model: Any, *, group_size: int = 32) -> tuple[Any, str]:
@@ -88,4 +117,6 @@ def quantised4_copy(model: Any, *, group_size: int = 32) -> tuple[Any, str]:
         for module in quantised.modules():
             if isinstance(module, torch.nn.Linear):
                 module.weight.copy_(int4_roundtrip(module.weight, group_size))
+        for weight in stacked_expert_weights(quantised):
+            weight.copy_(int4_roundtrip(weight, group_size))
     return quantised, f"int4-rtn-g{group_size}"
