@@ -88,7 +88,7 @@ def _int8_rows(weight: torch.Tensor) -> torch.Tensor:
 def stacked_expert_weights(model: Any) -> list[torch.nn.Parameter]:
     """The 3-D parameters a module holds itself, outside torch's own layers: a mixture of
     experts' stacked expert matrices (a convolution's 3-D kernel is not one)."""
-    found = []
+    found: list[torch.nn.Parameter] = []
     for module in model.modules():
         if isinstance(module, torch.nn.modules.conv._ConvNd):
             continue
