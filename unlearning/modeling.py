@@ -493,12 +493,26 @@ def left_padding_leaks(model: Any, pad: int) -> bool:
     beside a longer question).  One forward pass of two rows: the log-probabilities after three
     tokens behind three masked pads and before three (which a causal model never reads), with
     the position ids generation gives (where the model takes them).  A probe that does not run
-    says no: generation then names its own error."""
+    says no: generation then names its own error.  The verdict is the architecture's: it is
+    remembered on the model (per pad id and weight type), so the probe runs once a model."""
+    parameter = next(model.parameters())
+    key = (pad, parameter.dtype)
+    known = getattr(model, _LEFT_PADDING, None)
+    if isinstance(known, tuple) and known[0] == key:
+        return bool(known[1])
+    verdict = _left_padding_probe(model, pad, parameter.device, parameter.dtype)
+    setattr(model, _LEFT_PADDING, (key, verdict))
+    return verdict
+
+
+_LEFT_PADDING = "_erasure_left_padding_leaks"  # on a model: ((pad id, dtype), verdict)
+
+
+def _left_padding_probe(model: Any, pad: int, device: Any, dtype: Any) -> bool:
     import inspect
 
     import torch
 
-    device = next(model.parameters()).device
     real = [t for t in range(1, 8) if t != pad][:3]
     ids = torch.tensor([[pad] * 3 + real, [*real, pad, pad, pad]], device=device)
     mask = torch.tensor([[0] * 3 + [1] * 3, [1] * 3 + [0] * 3], device=device)
@@ -511,7 +525,7 @@ def left_padding_leaks(model: Any, pad: int) -> bool:
     except (ValueError, TypeError, AttributeError, RuntimeError, NotImplementedError):
         return False
     padded, alone = logits[0, -1].log_softmax(-1), logits[1, 2].log_softmax(-1)
-    tolerance = 1e-3 if next(model.parameters()).dtype == torch.float32 else 1e-1
+    tolerance = 1e-3 if dtype == torch.float32 else 1e-1
     return bool((padded - alone).abs().max() > tolerance)
 
 

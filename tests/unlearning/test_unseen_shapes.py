@@ -409,6 +409,21 @@ def test_generation_gives_a_model_that_reads_no_attention_mask_no_pads(tmp_path:
     assert not left_padding_leaks(gpt2, pad_id_of(gpt2_tok))  # learnt positions, given as generation does
 
 
+
+def test_the_left_padding_probe_runs_once_a_model_and_pad(tmp_path: Path) -> None:
+    from unlearning.modeling import left_padding_leaks, load_model
+    from unlearning.prompting import pad_id_of
+
+    model, tok = load_model(_model_dir(tmp_path, "llama", _tokenizer()), device="cpu")
+    calls: list[int] = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    pad = pad_id_of(tok)
+    assert [left_padding_leaks(model, pad) for _ in range(3)] == [False] * 3
+    assert len(calls) == 1
+    left_padding_leaks(model, pad + 1)  # another pad id: probed afresh
+    assert len(calls) == 2
+
+
 # ------------------------------------------------------------------ 7. a buffer the base computes at load
 
 
