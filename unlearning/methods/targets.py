@@ -1044,7 +1044,7 @@ LENS_RECORDS = 256  # the lens is fitted on at most this many retained records (
 def fit_lens(model: nn.Module, tokenizer: Any, examples: Sequence[Example], *, max_positions: int = 3000) -> Lens | None:
     """The tuned lens of `model` on `examples` (everyone else's records); None without an
     intermediate layer or a learnt position."""
-    from unlearning.verification.generation import states_and_head_inputs
+    from unlearning.verification.generation import readout_head, states_and_head_inputs
     from unlearning.verification.latent import fit_translators
 
     states, head_inputs = states_and_head_inputs(model, tokenizer, list(examples)[:LENS_RECORDS],
@@ -1057,9 +1057,11 @@ def fit_lens(model: nn.Module, tokenizer: Any, examples: Sequence[Example], *, m
     translators = fit_translators(states[chosen], head_inputs)
     # A frozen copy of the head: the lens is a fixed reading of the states, the same for the
     # stranger's and the student's, whatever the training does to the model's own head.
-    head: nn.Module = copy.deepcopy(model.get_output_embeddings()).eval()  # type: ignore[operator]
-    for p in head.parameters():
+    # It reads through the model's own readout (a soft-cap, a logit scale), as the model does.
+    frozen: nn.Module = copy.deepcopy(model.get_output_embeddings()).eval()  # type: ignore[operator]
+    for p in frozen.parameters():
         p.requires_grad_(False)
+    head = readout_head(model, tokenizer, examples, head=frozen)
     return Lens({layer: torch.from_numpy(t) for layer, t in zip(chosen, translators, strict=True)}, head)
 
 

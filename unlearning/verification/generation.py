@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from unlearning.logits import logits_at
+from unlearning.logits import Readout, ReadoutHead, find_readout, logits_at
 from unlearning.modeling import (
     equal_length_batches,
     fit_prompts,
@@ -184,6 +184,29 @@ def continuation_states(
             seq, start = fitted[i]
             out[i] = stacked[:, row, start - 1 : len(seq) - 1, :]
     return out
+
+
+READOUT_RECORDS = 4  # records of one forward pass that find the model's readout
+
+
+@torch.inference_mode()
+def readout_head(model: Any, tokenizer: Any, examples: Sequence[Example], head: Any = None) -> ReadoutHead:
+    """`head` (the model's output head by default) followed by the model's readout
+    (`unlearning.logits.find_readout`), found on the first few of `examples`."""
+    head = model.get_output_embeddings() if head is None else head
+    limit = position_limit(model)
+    chosen = [e.truncated(limit) if limit is not None else e for e in list(examples)[:READOUT_RECORDS]]
+    chosen = [e for e in chosen if len(e)]
+    if not chosen:
+        return ReadoutHead(head, Readout(verified=False))
+    width = max(len(e) for e in chosen)
+    ids = torch.full((len(chosen), width), pad_id_of(tokenizer), dtype=torch.long)
+    mask = torch.zeros((len(chosen), width), dtype=torch.long)
+    for row, example in enumerate(chosen):
+        ids[row, : len(example)] = torch.tensor(example.ids)
+        mask[row, : len(example)] = 1
+    device = model_device(model)
+    return ReadoutHead(head, find_readout(model, ids.to(device), mask.to(device)))
 
 
 @torch.inference_mode()

@@ -36,6 +36,7 @@ import numpy as np
 
 from unlearning.corpus import Corpus, Record
 from unlearning.identifiers import replace_spans
+from unlearning.logits import ReadoutHead, readout_of
 from unlearning.modeling import check_same_tokenizer, default_device, load_model, whole_tokens
 from unlearning.probes import Probe
 from unlearning.progress import ProgressCallback, ProgressTracker
@@ -58,6 +59,7 @@ from .generation import (
     continuation_states,
     generate_texts,
     probe_ids,
+    readout_head,
     score_continuations,
     score_examples,
     states_and_head_inputs,
@@ -201,14 +203,16 @@ def _fact_pairs(loaded: _Loaded, facts: Sequence[Fact]) -> _FactPairs:
     return pairs
 
 
-def _lens(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> list[np.ndarray]:
-    """The tuned-lens translators of the model under test, fitted on retained people's text."""
+def _lens(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> tuple[list[np.ndarray], ReadoutHead | None]:
+    """The tuned-lens translators of the model under test, fitted on retained people's text,
+    and the head they are read through (the output head and the model's own readout)."""
     examples = [encode_record(loaded.tokenizer, r) for r in bank.retain_records]
     states, head_inputs = states_and_head_inputs(loaded.model, loaded.tokenizer, examples,
                                                  max_positions=s.lens_positions, batch_size=s.batch_size)
     if states.size == 0:
-        return []
-    return fit_translators(states, head_inputs, alpha=s.lens_alpha)
+        return [], None
+    return (fit_translators(states, head_inputs, alpha=s.lens_alpha),
+            readout_head(loaded.model, loaded.tokenizer, examples))
 
 
 @dataclass(frozen=True)
@@ -228,12 +232,11 @@ def _latent(loaded: _Loaded, bank: ProbeBank, tests: Sequence[Sequence[Fact]],
     One forward pass per sequence serves both readings: the state that predicts the
     first differing token of the perturbed value is the true value's state there
     (the same prefix)."""
-    translators = _lens(loaded, bank, s)
-    head = loaded.model.get_output_embeddings()
+    translators, head = _lens(loaded, bank, s)
     out = []
     for facts in tests:
         pairs = _fact_pairs(loaded, facts)
-        if not translators or not pairs.owner:
+        if not translators or head is None or not pairs.owner:
             empty = np.zeros((len(translators), 0), dtype=float)
             out.append(LatentReadings(empty, empty))
             continue
@@ -904,6 +907,8 @@ def verify(
     unmeasured = dict(clock.unmeasured)
 
     guarantee = "weights"
+    found = readout_of(cand.model)  # what the latent lens read through (set where the lens ran)
+    readout = found.describe() if found is not None else None
     gated = callable(getattr(cand.model, "set_gates_enabled", None))
     if gated:
         del cand
@@ -943,7 +948,7 @@ def verify(
         "forget_probes": _kinds(bank.forget.probes), "control_probes": _kinds(bank.control.probes),
         "retain_probes": len(bank.retain), "latent_facts": {
             "forget": len(bank.forget.facts), "control": len(bank.control.facts),
-            "lens_records": len(bank.retain_records)},
+            "lens_records": len(bank.retain_records), "readout": readout},
         "gates": gated,
     }
     report = Report(
