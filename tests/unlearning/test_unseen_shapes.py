@@ -98,6 +98,12 @@ def _config(arch: str, tokenizer: Any, *, positions: int = 128) -> Any:
                                               mamba_d_state=8, mamba_chunk_size=16, **common),
         "rwkv": lambda: T.RwkvConfig(hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
                                      intermediate_size=64, context_length=positions, **ids),
+        "gpt_neo": lambda: T.GPTNeoConfig(hidden_size=32, num_layers=2, num_heads=2, window_size=16,
+                                          attention_types=[[["global", "local"], 1]],
+                                          max_position_embeddings=positions, **ids),
+        "falcon_sdpa": lambda: T.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                              num_kv_heads=1, alibi=False, new_decoder_architecture=True,
+                                              bias=False, **ids),
     }[arch]()
 
 
@@ -303,23 +309,58 @@ def test_an_architecture_without_sdpa_loads_with_eager_attention(
     assert "attention implementation eager" in caplog.text
 
 
-def test_tempering_still_works_on_eager_gemma2_and_degrades_as_before_on_bloom(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("arch", "supported"), [
+    ("gemma2", True),  # eager (soft-capped attention): the `scaling` attribute
+    ("bloom", True),  # ALiBi: beta * alibi + inv_norm_factor * q.k, both factors divided
+    ("gpt_neo", True),  # no scaling at all: the query projection's output divided
+    # Falcon keeps `inv_norm_factor`, but loaded with SDPA it folds ALiBi into the mask and calls
+    # SDPA with its default scale (with or without ALiBi): the factor is never read, and the
+    # check that the output moves says so.
+    ("falcon", False),
+    ("falcon_sdpa", False),
+    ("mpt", False),  # a fused query/key/value projection and a softmax_scale beside an ALiBi bias
+])
+def test_tempering_divides_the_attention_logits_where_the_architecture_allows_and_says_where_not(
+        tmp_path: Path, arch: str, supported: bool) -> None:
     from unlearning.attention import attention_temperature
     from unlearning.methods.targets import tempering_supported
     from unlearning.modeling import load_model
 
     tokenizer = _tokenizer()
-    gemma, _ = load_model(_model_dir(tmp_path, "gemma2", tokenizer), device="cpu")
+    model, _ = load_model(_model_dir(tmp_path, arch, tokenizer), device="cpu")
     ids = torch.tensor([_long_ids(tokenizer, 12)])
+    assert tempering_supported(model) is supported
+    if not supported:
+        return
     with torch.no_grad():
-        plain = gemma(input_ids=ids).logits
-        with attention_temperature(gemma, 1.0):
-            same = gemma(input_ids=ids).logits
-        with attention_temperature(gemma, 4.0):
-            tempered = gemma(input_ids=ids).logits
-    assert tempering_supported(gemma) and torch.equal(plain, same) and not torch.allclose(plain, tempered)
-    bloom, _ = load_model(_model_dir(tmp_path, "bloom", tokenizer), device="cpu")
-    assert not tempering_supported(bloom)
+        plain = model(input_ids=ids).logits
+        with attention_temperature(model, 1.0):
+            same = model(input_ids=ids).logits
+        with attention_temperature(model, 4.0):
+            tempered = model(input_ids=ids).logits
+        after = model(input_ids=ids).logits
+    assert torch.equal(plain, same) and not torch.allclose(plain, tempered)
+    assert torch.equal(plain, after)  # every factor and hook restored
+
+
+def test_tempering_an_unscaled_attention_is_dividing_its_query_weights(tmp_path: Path) -> None:
+    # GPT-Neo's logit is q.k with no factor: dividing the query projection's output by tau is the
+    # same model as one whose query weights are divided by tau.
+    from unlearning.attention import attention_temperature
+    from unlearning.modeling import load_model
+
+    tokenizer = _tokenizer()
+    directory = _model_dir(tmp_path, "gpt_neo", tokenizer)
+    model, _ = load_model(directory, device="cpu")
+    divided, _ = load_model(directory, device="cpu")
+    with torch.no_grad():
+        for module in divided.modules():
+            if type(module).__name__ == "GPTNeoSelfAttention":
+                module.q_proj.weight.div_(3.0)
+        ids = torch.tensor([_long_ids(tokenizer, 12)])
+        with attention_temperature(model, 3.0):
+            tempered = model(input_ids=ids).logits
+        assert torch.allclose(tempered, divided(input_ids=ids).logits, atol=1e-5)
 
 
 def test_a_model_whose_weights_do_not_load_is_blamed_on_model_not_method(

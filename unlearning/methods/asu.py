@@ -376,14 +376,14 @@ class ASU:
 def _tempered_teacher(model: nn.Module) -> dict[str, Any]:
     """Whether ASU's tempered teacher ran, and why not where it did not.
 
-    An architecture without an attention module with a float `scaling` (Falcon's
-    alibi, BLOOM, MPT) cannot be tempered: the original prediction stands where no
-    counterfactual applies.  A log line alone is easy to miss, so the result says it."""
+    An architecture whose attention logits the engine cannot divide (MPT, Falcon without
+    ALiBi: `unlearning.attention`) has no tempered teacher: the original prediction stands
+    where no counterfactual applies.  A log line alone is easy to miss, so the result says it."""
     if tempering_supported(model):
         return {"tempered_teacher": True}
     return {"tempered_teacher": False,
-            "tempered_teacher_reason": f"{type(model).__name__} has no attention module with a float "
-                                       "scaling to temper; the original prediction stands where no "
+            "tempered_teacher_reason": f"{type(model).__name__} has no attention whose logits the engine "
+                                       "can temper; the original prediction stands where no "
                                        "counterfactual applies"}
 
 

@@ -338,9 +338,9 @@ def by_length(examples: Sequence[Example], batch_size: int) -> list[list[int]]:
 
 
 def tempering_supported(model: nn.Module) -> bool:
-    from unlearning.attention import attention_modules
+    from unlearning.attention import tempering_supported as supported
 
-    return bool(attention_modules(model))
+    return supported(model)
 
 
 # ------------------------------------------------------------------ alignment
@@ -586,7 +586,7 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
     if needs:  # an online teacher calls this every step: nothing to temper, no tempered pass
         tau = settings.tau if tempering_supported(model) else 1.0
         if tau != settings.tau:
-            logger.warning("%s has no attention module with a float scaling: no tempered teacher, the "
+            logger.warning("%s has no attention the engine can temper: no tempered teacher, the "
                            "original prediction stands where no counterfactual applies", type(model).__name__)
         tempered = dict(zip(needs, position_logprobs(model, tokenizer, [examples[k] for k in needs], tau=tau),
                             strict=True))
