@@ -30,7 +30,7 @@ from deletion.domain.services.access import token_event_record
 from deletion.domain.services.requests import (
     request_approve,
     request_deny,
-    request_submission,
+    request_file,
 )
 from deletion.web import selectors
 from deletion.web.certificate_status import (
@@ -38,7 +38,7 @@ from deletion.web.certificate_status import (
     certificate_status,
     chain_summary,
 )
-from deletion.web.domain_session import domain_session
+from deletion.web.domain_session import domain_engine, domain_session
 from deletion.web.forms import MAX_LIST_ITEMS, MAX_NAME, MAX_NOTE, hidden_character_problem
 from deletion.web.models import api_token_authenticate, api_token_find
 from deletion.web.progress import job_progress_json
@@ -300,16 +300,14 @@ def create_request(request: HttpRequest, body: RequestIn) -> Status[dict[str, An
             visible(value, field)
     visible(body.notes, "notes", multiline=True)
     received = datetime.combine(body.received_at, time(0), tzinfo=UTC)
-    with domain_session() as session:
-        # The filing is all this transaction writes: it commits with its last round trip.
-        filed = request_submission(session, actor=actor, actor_id=request.user.pk, name=body.name, aliases=body.aliases,
-                                   emails=body.emails, ground=body.ground, received_at=received,
-                                   model_name=body.model_name, priority=body.priority, notes=body.notes,
-                                   commit=True)
+    # The filing is all its transaction writes: it commits with its last round trip, on a
+    # pooled connection of the domain's engine without a Session (request_file).
+    filed = request_file(domain_engine(), actor=actor, actor_id=request.user.pk, name=body.name, aliases=body.aliases,
+                         emails=body.emails, ground=body.ground, received_at=received, model_name=body.model_name,
+                         priority=body.priority, notes=body.notes)
     # A request just filed has no job and no certificate yet: answer from the row in hand
     # instead of reading it back (the service already matched earlier ones).
-    return Status(201, _request_json(filed.request, model_name=body.model_name,
-                                     earlier=[r.reference for r in filed.earlier]))
+    return Status(201, _request_json(filed.request, model_name=body.model_name, earlier=list(filed.earlier)))
 
 
 @api.get("/requests/{reference}", response={200: RequestOut, **ERRORS}, tags=["requests"])

@@ -385,3 +385,97 @@ def test_a_filing_of_its_own_transaction_passes_the_process_gate_and_leaves_it_o
     finally:
         engine.dispose()
         drop_database(url)
+
+
+def test_request_file_files_on_a_pooled_connection_without_a_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """request_file (the API's filing): the same rows, chained event and log line as
+    request_submission, on a pooled connection without an ORM Session; the row comes back
+    detached with every column as stored, earlier requests by reference; a refusal writes
+    nothing; the connection goes back to the pool in its transactional mode, the gate open."""
+    from sqlalchemy import event, text
+
+    from deletion.domain.services import requests as requests_module
+    from deletion.domain.services.requests import request_file
+
+    url = fresh_database_url("erasure_request_file")
+    engine = make_engine(url, pool_size=1, max_overflow=0)
+    sessions: list[object] = []
+
+    def file(name: str, model_name: str = "first", **extra: object) -> requests_module.Filing:
+        return request_file(engine, actor=SUBMITTER, actor_id=7, name=name, ground="17(1)(b)",  # type: ignore[arg-type]
+                            received_at=datetime(2026, 11, 2, tzinfo=UTC), model_name=model_name,
+                            now=datetime(2026, 11, 3, tzinfo=UTC), **extra)
+
+    try:
+        with session_scope(engine) as session:
+            session.add(Model(name="first", description=""))  # no chain head yet: the genesis path
+        gate = _RecordingGate()
+        monkeypatch.setattr(requests_module, "_FILING_GATE", gate)
+        def began(session: Session, *_: object) -> None:
+            sessions.append(session)
+
+        event.listen(Session, "after_begin", began)
+        try:
+            with caplog.at_level(logging.INFO, logger="deletion.domain.audit"):
+                first = file("Mara  Okafor", aliases=["M. Okafor"], emails=["mara@example.org"], notes=" call ")
+                again = file("m. okafor")
+                with pytest.raises(ValidationError) as refused:
+                    file("Someone Else", model_name="no-such-model")
+        finally:
+            event.remove(Session, "after_begin", began)
+        assert sessions == [], "the filing opened an ORM session"
+        assert refused.value.field == "model_name"
+        assert (gate.acquired, gate.released) == (3, 3)
+        assert (first.request.reference, again.request.reference) == ("ER-2026-00001", "ER-2026-00002")
+        assert first.earlier == () and again.earlier == ("ER-2026-00001",)
+        state = inspect(first.request)
+        assert state.detached and not {c.key for c in ErasureRequest.__table__.columns} & state.unloaded
+        assert [r.getMessage() for r in caplog.records if r.name == "deletion.domain.audit"] == [
+            f"audit {SUBMITTER} request.submitted erasure_request:ER-2026-0000{n} seq={n}" for n in (1, 2)]
+        with engine.connect() as connection:  # the pool's one connection
+            driver = connection.connection.driver_connection
+            assert driver is not None and driver.autocommit is False
+            assert connection.execute(text("SELECT 1")).scalar_one() == 1
+        with session_scope(engine) as session:
+            columns = [c.key for c in ErasureRequest.__table__.columns]
+            stored = session.execute(select(ErasureRequest).where(ErasureRequest.reference == "ER-2026-00001")).scalar_one()
+            assert {k: getattr(stored, k) for k in columns} == {k: getattr(first.request, k) for k in columns}
+            assert (stored.status, stored.submitted_by_id, stored.priority) == ("submitted", 7, "batch")
+            identifiers = subject_identifiers(session, "ER-2026-00001")
+            assert (identifiers.name, identifiers.aliases, identifiers.emails, identifiers.notes) == (
+                "Mara Okafor", ("M. Okafor",), ("mara@example.org",), "call")
+            kinds = sorted(session.execute(select(SubjectIndex.kind).where(SubjectIndex.request_id == stored.id)).scalars())
+            assert kinds == ["alias", "email", "name"]
+            details = session.execute(select(AuditEvent.details).where(
+                AuditEvent.object_ref == "ER-2026-00002")).scalar_one()
+            assert "ER-2026-00001" in details
+            assert session.execute(select(ReferenceCounter.last)).scalar_one() == 2
+            verdict = audit_verify(session)
+            assert verdict.ok and verdict.checked == 2
+    finally:
+        engine.dispose()
+        drop_database(url)
+
+
+def test_request_file_on_sqlite_files_through_a_session(sqlite_database_url: str) -> None:
+    """The embedded backend: request_file runs request_submission in a transaction of its own."""
+    from deletion.domain.services.requests import request_file
+
+    engine = make_engine(sqlite_database_url)
+    try:
+        with session_scope(engine) as session:
+            session.add(Model(name="first", description=""))
+        filed = [request_file(engine, actor=SUBMITTER, name=name, ground="17(1)(b)", model_name="first",
+                              received_at=datetime(2026, 11, 2, tzinfo=UTC), now=datetime(2026, 11, 3, tzinfo=UTC))
+                 for name in ("Mara Okafor", "mara okafor")]
+        assert [f.request.reference for f in filed] == ["ER-2026-00001", "ER-2026-00002"]
+        assert filed[1].earlier == ("ER-2026-00001",) and filed[0].request.status == "submitted"
+        with pytest.raises(ValidationError):
+            request_file(engine, actor=SUBMITTER, name="  ", ground="17(1)(b)", model_name="first",
+                         received_at=datetime(2026, 11, 2, tzinfo=UTC))
+        with session_scope(engine) as session:
+            assert session.execute(select(func.count()).select_from(ErasureRequest)).scalar_one() == 2
+            assert audit_verify(session).ok
+    finally:
+        engine.dispose()

@@ -109,6 +109,29 @@ def test_filing_a_request_awaits_the_database_twice(client: Any, make_user: Any,
         driver.close()
 
 
+def test_filing_a_request_opens_no_orm_session(client: Any, make_user: Any, model_name: str) -> None:
+    """The filing runs on a pooled connection of the domain's engine (request_file): a
+    Session's transaction, connection object and two commits cost the filing about as much
+    CPU as binding and sending its statements did, for a row it only answers with."""
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    _, token = api_token_create(user=make_user(OFFICER), name="no-session")
+    _file(client, token, model_name, f"Warm Up {uuid.uuid4().hex[:8]}")
+    began: list[Any] = []
+
+    def on_begin(session: Any, *_: Any) -> None:
+        began.append(session)
+
+    event.listen(Session, "after_begin", on_begin)
+    try:
+        response = _file(client, token, model_name, f"No Session {uuid.uuid4().hex[:8]}")
+    finally:
+        event.remove(Session, "after_begin", on_begin)
+    assert response.status_code == 201, response.content
+    assert began == []
+
+
 def test_a_token_in_steady_use_is_not_rewritten_on_every_call(
         client: Any, make_user: Any, model_name: str) -> None:
     _, token = api_token_create(user=make_user(OFFICER), name="steady")
