@@ -79,6 +79,25 @@ def test_tokens_are_stored_only_as_digests(make_user):
     assert plaintext not in (stored.digest, stored.hint) and len(stored.digest) == 64
 
 
+def test_the_filings_answer_is_the_requests_rendered_as_its_schema(make_user, model_name):
+    """The filing answers from the row it wrote, rendered directly: byte for byte what the
+    request's own route answers (read back from the database and validated as RequestOut),
+    and what RequestOut renders from the answer itself."""
+    from deletion.web.api import RequestOut, api
+
+    client = _token_client(make_user, "officer")
+    filed = client.post("/api/v1/requests", json.dumps({
+        "name": "Answer Shape", "aliases": ["A. Shape"], "ground": "17(1)(b)", "received_at": "2026-11-01",
+        "model_name": model_name, "priority": "immediate", "notes": "n"}), content_type="application/json")
+    assert filed.status_code == 201 and filed["Content-Type"] == "application/json; charset=utf-8"
+    body = filed.json()
+    assert body["status"] == "submitted" and body["received_at"] == "2026-11-01T00:00:00Z"
+    read = client.get(f"/api/v1/requests/{body['reference']}")
+    assert read.status_code == 200 and filed.content == read.content
+    validated = RequestOut.model_validate(body).model_dump()
+    assert filed.content == api.renderer.render(None, validated, response_status=201).encode()
+
+
 @pytest.mark.parametrize("role", ["auditor", "reviewer", "admin"])
 def test_only_officer_tokens_create_requests(role, make_user, model_name):
     body = {"name": "Someone", "ground": "17(1)(a)", "received_at": date.today().isoformat(), "model_name": model_name}
