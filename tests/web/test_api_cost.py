@@ -192,3 +192,31 @@ def test_the_token_look_up_is_prepared_and_nothing_else_of_djangos(
         prepared = [row[0] for row in cursor.fetchall()]
     assert len(prepared) == 1, prepared
     assert ApiToken._meta.db_table in prepared[0] and "digest" in prepared[0]
+
+
+def test_the_token_look_up_reads_binary_results_as_the_orm_reads_them(make_user: Any) -> None:
+    """Its results come in binary (psycopg's C loaders, not Django's text time-zone loader
+    in Python): the same values, the times aware and in UTC, as the ORM loads them."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deletion.web.models import ApiToken, api_token_find
+
+    user = make_user(OFFICER)
+    User.objects.filter(pk=user.pk).update(last_login=timezone.now() - timedelta(hours=1))
+    token, plaintext = api_token_create(user=user, name="binary", days=30)
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now() - timedelta(minutes=3))
+    found = api_token_find(plaintext)
+    assert found is not None
+    stored, stored_user = ApiToken.objects.get(pk=token.pk), User.objects.get(pk=user.pk)
+    for field in ("id", "user_id", "name", "digest", "hint", "scope", "created_at", "expires_at", "last_used_at",
+                  "revoked_at"):
+        assert getattr(found, field) == getattr(stored, field), field
+    for field in ("id", "username", "password", "is_active", "is_superuser", "last_login", "date_joined"):
+        assert getattr(found.user, field) == getattr(stored_user, field), field
+    for moment in (found.created_at, found.expires_at, found.last_used_at, found.user.last_login):
+        assert moment is not None and moment.utcoffset() == timedelta(0)
+    with connection.prepared_cursor() as cursor:  # type: ignore[attr-defined]
+        cursor.execute("SELECT now()", [])
+        assert cursor.cursor.pgresult.fformat(0) == 1  # binary

@@ -36,11 +36,16 @@ EXPLICIT_ONLY = 2**62
 
 
 class PreparedCursor(base.ServerBindingCursor):
-    """Server-side binding, every statement prepared (``prepare=True``)."""
+    """Server-side binding, every statement prepared (``prepare=True``), results in binary
+    (``binary=True``): the token look-up's six times were parsed from text by Django's time
+    zone loader, in Python (a loader made per column and result, and a regular expression
+    per value); psycopg's binary loaders, in C, give the same aware UTC datetimes (Django
+    keeps the connection's zone UTC), and the call 40-50 us less CPU."""
 
     def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None,
                 binary: bool | None = None) -> Any:
-        return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
+        return super().execute(query, params, prepare=True if prepare is None else prepare,
+                               binary=True if binary is None else binary)
 
 
 class DatabaseOperations(base.DatabaseOperations):
