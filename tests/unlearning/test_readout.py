@@ -117,3 +117,11 @@ def test_a_readout_it_cannot_reproduce_is_reported_and_read_through_the_bare_hea
     assert "bare head" in caplog.text
     x = torch.randn(4, VOCAB)
     assert torch.equal(found(x), x)
+
+
+def test_a_half_precision_model_finds_its_soft_cap_through_its_rounding() -> None:
+    model = _model("gemma2").to(torch.bfloat16)
+    ids, mask = _batch()
+    found = find_readout(model, ids, mask)
+    assert found.verified and found.cap == 2.0
+    assert found.scale == pytest.approx(1.0, abs=1e-2)
