@@ -412,6 +412,22 @@ class FreshNames:
                           and f not in starts and f not in _NOT_NAMES]
         return cache[key]
 
+    def vocabulary_values(self, like: str, kind: str) -> list[str]:
+        """Words the tokenizer holds as one token starting a word, of `like`'s shape
+        (`_shape`), that no record of the pool writes and no subject has; [] without a
+        tokenizer or such words."""
+        tokens = self.tokens
+        if tokens is None:
+            return []
+        shape = _shape(like, kind)
+        key = f"shape:{kind}:{shape}"
+        cache = self._seen_by_role
+        if key not in cache:
+            taken = self._parts.written | self.avoid
+            cache[key] = sorted(w for w in tokens.whole_words(lambda w: _shape(w, kind) == shape)
+                                if w.casefold() not in taken)
+        return [w for w in cache[key] if w.casefold() != like.casefold()]
+
     def _unseen_like(self, role: str | None) -> list[str]:
         """Ordinary names the records never show, in `role`."""
         key = f"unseen:{role}"
@@ -449,6 +465,7 @@ class _PoolParts:
     pairs: frozenset[str] = frozenset()  # full names the records show, casefolded
     email_words: frozenset[str] = frozenset()  # words many e-mail local parts write, casefolded
     words: Mapping[str, int] = field(default_factory=dict)  # runs of letters -> occurrences
+    written: frozenset[str] = frozenset()  # words with a digit the records write, casefolded
     _folded: dict[str, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     def folded_values(self, kind: str) -> frozenset[str]:
@@ -469,6 +486,7 @@ class _PoolParts:
         pairs: set[str] = set()
         email_words: set[str] = set()
         words: dict[str, int] = {}
+        written: set[str] = set()
         for entry in pool:
             tag, _, rest = entry.partition(":")
             if tag == "words":
@@ -481,6 +499,8 @@ class _PoolParts:
                 values.setdefault(kind, []).append(value)
             elif tag == "emailword":
                 email_words.add(rest)
+            elif tag == "written":
+                written.add(rest)
             elif tag == "pair":
                 seen.update(w.casefold() for w in rest.split())
                 pairs.add(rest.casefold())
@@ -493,7 +513,8 @@ class _PoolParts:
                 strict.append((role, word))
                 seen.add(word.casefold())
         return cls(strict, near, shown, frozenset(seen), tuple(sorted(years)),
-                   {k: tuple(v) for k, v in values.items()}, frozenset(pairs), frozenset(email_words), words)
+                   {k: tuple(v) for k, v in values.items()}, frozenset(pairs), frozenset(email_words), words,
+                   frozenset(written))
 
 
 def _unseen_names(role: str | None) -> tuple[str, ...]:
@@ -552,6 +573,8 @@ def _shape(text: str, kind: str) -> str:
 _YEAR = re.compile(r"(?<![\d.,-])\b(1[5-9]\d\d|20\d\d)\b(?![\d.,-]\d)")
 _BIGRAM = re.compile(r"(?<![\w.])([A-Z][a-z]{2,})\s+([A-Z][a-z]{2,})(?![\w])")
 _LETTERS = re.compile(r"[^\W\d_]+")
+_DIGIT_WORD = re.compile(r"\S*\d\S*")  # a word with a digit: how identifiers are written
+_WORD_EDGES = " ,.;:!?()[]{}\"'"
 
 
 class WordTokens:
@@ -566,6 +589,7 @@ class WordTokens:
         self.tokenizer = tokenizer
         self._ids: dict[str, tuple[int, ...]] = {}
         self._vocabulary: list[str] | None = None
+        self._starts: list[tuple[int, str]] | None = None
 
     def ids(self, word: str) -> tuple[int, ...]:
         if word not in self._ids:
@@ -585,24 +609,31 @@ class WordTokens:
                 self._ids[word] = tuple(ids)
         return [self._ids[w] for w in words]
 
+    def whole_words(self, keep: Callable[[str], bool]) -> list[str]:
+        """The words (`keep` says which) that the vocabulary holds as one token starting a
+        word and that the tokenizer writes as that token (`ids`)."""
+        found = [(i, w) for i, w in self._word_starts() if keep(w)]
+        ids = self.ids_of([w for _, w in found])
+        return [w for (i, w), got in zip(found, ids, strict=True) if got == (i,)]
+
+    def _word_starts(self) -> list[tuple[int, str]]:
+        """(id, word) of every vocabulary token that starts a word, the marker removed."""
+        if self._starts is None:
+            try:
+                vocabulary = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+            except (AttributeError, TypeError, ValueError):
+                vocabulary = []
+            self._starts = [(i, token[1:]) for i, token in enumerate(vocabulary)
+                            if isinstance(token, str) and token[:1] in self.WORD_START and len(token) > 1]
+        return self._starts
+
     def vocabulary_words(self) -> list[str]:
         """The capitalised words of letters that the vocabulary holds as one token starting
         a word, and that the tokenizer writes as that token (`ids`); [] for a vocabulary
         that marks no word starts."""
         if self._vocabulary is None:
-            tokenizer = self.tokenizer
-            try:
-                vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-            except (AttributeError, TypeError, ValueError):
-                vocabulary = []
-            found: list[tuple[int, str]] = []
-            for i, token in enumerate(vocabulary):
-                if isinstance(token, str) and token[:1] in self.WORD_START:
-                    word = token[1:]
-                    if len(word) >= 3 and word.isalpha() and word[0].isupper() and word[1:].islower():
-                        found.append((i, word))
-            ids = self.ids_of([w for _, w in found])
-            self._vocabulary = [w for (i, w), got in zip(found, ids, strict=True) if got == (i,)]
+            self._vocabulary = self.whole_words(
+                lambda w: len(w) >= 3 and w.isalpha() and w[0].isupper() and w[1:].islower())
         return self._vocabulary
 
 
@@ -642,7 +673,8 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
     their local part (a house style, ``user17.2231@...``: a stranger's address keeps it), and
     ``words:12:harbour`` every run of letters the records write, with its number of
     occurrences (how often the model met each token: `FreshNames` matches strangers' name
-    parts to the subject's in that too).
+    parts to the subject's in that too), and ``written:emp-4417`` every word with a digit the
+    records write, casefolded (no stranger's identifier may be one: the model met it).
     """
     pairs: dict[tuple[str, str], int] = {}
     titled: set[str] = set()  # words after "the": parts of book, prize and company names
@@ -650,6 +682,7 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
     values: dict[tuple[str, str], int] = {}  # (kind, value) -> records showing it
     email_words: dict[str, set[str]] = {}  # a word of e-mail local parts -> the addresses showing it
     words: dict[str, int] = {}  # every run of letters -> occurrences (tokens' familiarity, `FreshNames`)
+    written: set[str] = set()  # every word with a digit, casefolded (identifiers others have)
     for record in records:
         seen: set[tuple[str, str]] = set()
         texts = record_texts(record)
@@ -663,6 +696,7 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
         for text in texts:
             for word in _LETTERS.findall(text):
                 words[word] = words.get(word, 0) + 1
+            written.update(w.strip(_WORD_EDGES).casefold() for w in _DIGIT_WORD.findall(text))
             years.update(int(y) for y in _YEAR.findall(text))
             seen.update(_name_pairs(text))
             for match in _AFTER_THE.finditer(text):
@@ -691,7 +725,8 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
             + known + near[:limit] + ever + [f"year:{y}" for y in sorted(years)]
             + [f"value:{k}:{v}" for (k, v), n in sorted(values.items()) if n >= 2][: 5 * limit]
             + [f"emailword:{w}" for w, shown in sorted(email_words.items()) if len(shown) >= 3][:limit]
-            + [f"words:{n}:{w}" for w, n in sorted(words.items())])
+            + [f"words:{n}:{w}" for w, n in sorted(words.items())]
+            + [f"written:{w}" for w in sorted(written)[: 20 * limit]])
 
 
 def _name_pairs(text: str) -> list[tuple[str, str]]:
@@ -799,7 +834,7 @@ def fresh_mapping(spans: Sequence[Span], names: FreshNames) -> dict[str, str]:
         # Deterministic per identity and span: the same phone number gets the same fresh one
         # in every record of the same stranger.
         mapping[text] = _fewest_tokens_apart(text, names, partial(_fresh_value, span, names, part_map),
-                                             seed=f"{names.seed}:{span.kind}:{text.casefold()}")
+                                             seed=f"{names.seed}:{span.kind}:{text.casefold()}", kind=span.kind)
     return {k: v for k, v in mapping.items() if v and v != k}
 
 
@@ -852,14 +887,24 @@ def _fresh_value(span: Span, names: FreshNames, part_map: Mapping[str, str], rng
 _TOKEN_TRIES = 16
 
 
-def _fewest_tokens_apart(text: str, names: FreshNames, draw: Callable[[random.Random], str], *, seed: str) -> str:
+def _fewest_tokens_apart(text: str, names: FreshNames, draw: Callable[[random.Random], str], *, seed: str,
+                         kind: str = "") -> str:
     """`draw(rng)`; with a tokenizer (`FreshNames.with_tokenizer`), of up to `_TOKEN_TRIES`
     draws the first whose token count is nearest the original's.
 
     A tokenizer trained on the corpus learnt the subject's own numbers as tokens of
     several digits ("7141", "##493") and spells a fresh number digit by digit: the
     stranger's phone costs more tokens, and its record looks less familiar for that alone.
-    Without a tokenizer, the first draw, as before."""
+    Without a tokenizer, the first draw, as before.
+
+    A value the vocabulary holds whole (a badge number a corpus writes often enough) is one
+    token no draw reaches; a model that never saw the subject meets it as one token it was
+    never trained on.  Then the stranger's is another word of the vocabulary of the same
+    shape that no record of other people writes (`FreshNames.vocabulary_values`), where one
+    exists.  Measured on a 24-person corpus with a Unigram tokenizer of 600 pieces that holds
+    every badge whole: a model trained without the subject scored its badge's one token at
+    z -3.7 (Min-K%++), a stranger's badge of seven tokens at -31, and told the subject's
+    records from strangers' with Min-K%++ AUC 0.86."""
     fresh = draw(random.Random(seed))
     count = names.token_count
     if count is None or not fresh:
@@ -872,6 +917,10 @@ def _fewest_tokens_apart(text: str, names: FreshNames, draw: Callable[[random.Ra
         other = draw(random.Random(f"{seed}:{attempt}"))
         if other and other != text and abs(count(other) - wanted) < gap:
             best, gap = other, abs(count(other) - wanted)
+    if gap and wanted == 1:
+        whole = names.vocabulary_values(text, kind)
+        if whole:
+            return random.Random(seed).choice(whole)
     return best
 
 

@@ -273,3 +273,46 @@ def test_the_word_test_without_a_regex_agrees_with_the_regex(text: str, haystack
     match = re.compile(bounded(text), re.IGNORECASE).search(haystack)
     assert word_find(text, haystack) == (-1 if match is None else match.start())
     assert match is None or match.end() == match.start() + len(text)
+
+
+def _whole_value_tokenizer(values: list[str]):
+    """A BPE tokenizer that splits on spaces only (Metaspace, as SentencePiece does), trained
+    until each of `values` is one token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace()
+    bpe.decoder = decoders.Metaspace()
+    text = [f"badge {v} and {v}" for v in values for _ in range(30)]
+    bpe.train_from_iterator(text, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "</s>"],
+                                                      show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>", unk_token="<unk>")
+
+
+def test_a_value_the_vocabulary_holds_whole_gets_another_whole_value_no_record_writes() -> None:
+    # The tokenizer was trained on text that writes every badge often (the subject's, other
+    # people's and people the model never trained on), so each is one token.  A model trained
+    # without the subject met the subject's badge token never: a stranger's badge must be one
+    # token met as rarely, not seven tokens of digits, nor a badge other people's records write.
+    mine = "EMP-39260"
+    written = ["EMP-76510", "EMP-41544", "EMP-82963", "EMP-84830", "EMP-93743", "EMP-91134"]
+    unwritten = ["EMP-10536", "EMP-77566", "EMP-23570", "EMP-37363"]
+    tokenizer = _whole_value_tokenizer([mine, *written, *unwritten])
+    count = lambda w: len(tokenizer(" " + w, add_special_tokens=False)["input_ids"])  # noqa: E731
+    assert all(count(v) == 1 for v in [mine, *written, *unwritten])  # the premise
+    assert count("EMP-50417") > 1  # ... and a badge it never read is spelt in pieces
+    records = [Record(id=f"o{k}", text=f"Person{k} carries badge {b}.") for k, b in enumerate(written)]
+    subject = Subject("Alden Ashgrove", (), (mine,))
+    spans = [Span(mine, "identifier")]
+    names = FreshNames(pool=name_parts_of(records), avoid=avoid_set([subject]), seed="w").with_tokenizer(tokenizer)
+    fresh = [fresh_mapping(spans, names.identity(f"s{k}"))[mine] for k in range(12)]
+    assert set(fresh) <= set(unwritten) and len(set(fresh)) >= 2
+    # Without the tokenizer, or with a vocabulary that holds no unwritten badge, the draws as
+    # before: a badge of the same shape that is nobody's.
+    plain = [fresh_mapping(spans, FreshNames(pool=(), seed=f"p{k}"))[mine] for k in range(6)]
+    assert all(len(v) == len(mine) and v.startswith("EMP-") and v not in (mine, *written, *unwritten) for v in plain)
+    only_written = _whole_value_tokenizer([mine, *written])
+    drawn = [fresh_mapping(spans, FreshNames(pool=name_parts_of(records), avoid=avoid_set([subject]), seed=f"q{k}")
+                           .with_tokenizer(only_written))[mine] for k in range(6)]
+    assert not set(drawn) & {mine, *written} and all(v.startswith("EMP-") for v in drawn)
