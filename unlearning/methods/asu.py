@@ -96,10 +96,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     # latent_weight 3 with the lens readout (measured 2026-12-03 on the three cells of the full
     # bench whose latent residue failed: 0.434 / 0.393 / 0.386 with the state loss at 1, 0.329 /
     # 0.312 / 0.310 with the lens at 3; at 10 retained accuracy fell to 0.969 of the base).
-    # steps_per_subject stays 30 (measured 2026-12-07 on the quality bench's 5 % and 10 % cells, 3 seeds
-    # each, 25 beside 30: the same verdicts (5 of 6 pass), 17 % less erase time, but every cell's latent
-    # residue (matched ratio +0.01 to +0.07, up to 0.324 of a 0.362 limit) and span AUC (+0.004 to
-    # +0.039) nearer their limits: a narrower margin is not the same quality).
     # Not in the presets: token_gap "logodds" with retain_token_weight 1 (measured 2026-12-06 on
     # this machine's demo base, docs/methods.md "The log-odds pin"): identifying-span membership
     # at parity and retained accuracy up, but latent residue up (10 %: 2 of 3 runs over the limit),
