@@ -1200,3 +1200,26 @@ def test_the_relearning_attack_trains_a_second_copy_on_the_strangers_half_and_re
     assert m["attack.relearn_recovery"] == 1.0  # v6: the highest point over control people
     assert (m["attack.relearn_paired_recovery"], m["attack.relearn_paired_stranger"]) == (0.5, 0.0)
     assert [m[f"attack.relearn_stranger.{k}"] for k in (4, 12, 36)] == [0.0, 0.75, 1.0]
+
+
+def test_a_base_inside_every_membership_bound_is_noted_as_weak_evidence() -> None:
+    from unlearning.verification import CheckResult
+    from unlearning.verification.suite import base_blind_note
+
+    def checks(status: str = "measured") -> list[CheckResult]:
+        return [CheckResult(m, m, 0.05, bound, "<=", True, status=status)
+                for m, bound in (("mia.auc_gap", 0.27), ("mia.zlib_auc_gap", 0.25), ("mia.span_auc_gap", 0.35))]
+
+    # A 300-step base: every one of its own readings inside the candidate's bounds.
+    blind = {"mia.base_auc": 0.718, "mia.base_zlib_auc": 0.682, "mia.base_span_auc": 0.786}
+    note = base_blind_note(blind, checks())
+    assert note is not None and "mia.auc 0.718" in note and "bound |AUC - 0.5| <= 0.350" in note
+    # A base that memorised the subject reads outside one bound (span 0.911): no note.
+    assert base_blind_note({**blind, "mia.base_span_auc": 0.911}, checks()) is None
+    # Too familiar *or* too unfamiliar both count as outside.
+    assert base_blind_note({**blind, "mia.base_auc": 0.2}, checks()) is None
+    # A bound not measured, a base reading missing or NaN, or no membership check: no claim either way.
+    assert base_blind_note(blind, checks("unmeasured")) is None
+    assert base_blind_note({k: v for k, v in blind.items() if k != "mia.base_zlib_auc"}, checks()) is None
+    assert base_blind_note({**blind, "mia.base_auc": math.nan}, checks()) is None
+    assert base_blind_note(blind, []) is None

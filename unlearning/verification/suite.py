@@ -74,6 +74,7 @@ from .policy import (
     NO_SPANS,
     NOT_COMPUTED,
     TOO_FEW_RECORDS,
+    CheckResult,
     Policy,
 )
 from .report import Report
@@ -930,6 +931,9 @@ def verify(
     judged = policy if gated else replace(policy, checks=tuple(
         c for c in policy.checks if not c.metric.startswith("gates_off.")))
     checks = judged.judge(metrics, unmeasured)
+    blind = base_blind_note(metrics, checks)
+    if blind:
+        notes.append(blind)
     if any(c.metric.startswith("gates_off.") and not c.passed for c in checks):
         guarantee = "suppression"
     passed = all(c.passed for c in checks if c.decides_pass)
@@ -959,6 +963,32 @@ def verify(
     logger.info("verification %s: %s failed checks, guarantee %s, %.1fs",
                 "passed" if passed else "failed", len(report.failed_checks), guarantee, timings["total"])
     return report
+
+
+# Each membership parity check and the base model's own reading of the same attack.
+_BASE_MEMBERSHIP = {"mia.auc_gap": "mia.base_auc", "mia.zlib_auc_gap": "mia.base_zlib_auc",
+                    "mia.span_auc_gap": "mia.base_span_auc"}
+
+
+def base_blind_note(metrics: dict[str, float], checks: Sequence[CheckResult]) -> str | None:
+    """A note when the base model itself reads inside every membership parity bound the
+    candidate is judged by: those checks could not tell the subject from strangers before the
+    erasure either, so their passing says little about it (a model that stopped training
+    before it memorised the subject; measured on a 300-step GPT-Neo, whose base passed every
+    check).  None where any bound is not measured or the base reads outside one."""
+    judged = [c for c in checks if c.metric in _BASE_MEMBERSHIP]
+    if not judged:
+        return None
+    readings = []
+    for check in judged:
+        base = metrics.get(_BASE_MEMBERSHIP[check.metric])
+        if (check.status != "measured" or check.threshold is None or check.comparator != "<="
+                or base is None or not math.isfinite(base) or abs(base - 0.5) > check.threshold):
+            return None
+        readings.append(f"{check.metric.removesuffix('_gap')} {base:.3f} (bound |AUC - 0.5| <= {check.threshold:.3f})")
+    return ("the base model itself reads inside every membership parity bound (" + "; ".join(readings)
+            + "): these checks could not tell the subject from strangers before the erasure either, so "
+            "their passing is weak evidence; read the leakage and latent checks, and the base's own verdict")
 
 
 def _kinds(probes: Sequence[Probe]) -> dict[str, int]:
