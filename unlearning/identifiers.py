@@ -888,7 +888,7 @@ _TOKEN_TRIES = 16
 
 
 def _fewest_tokens_apart(text: str, names: FreshNames, draw: Callable[[random.Random], str], *, seed: str,
-                         kind: str = "") -> str:
+                         kind: str) -> str:
     """`draw(rng)`; with a tokenizer (`FreshNames.with_tokenizer`), of up to `_TOKEN_TRIES`
     draws the first whose token count is nearest the original's.
 

@@ -316,6 +316,11 @@ def _record_scores(loaded: _Loaded, side: Side, s: VerifySettings) -> list[tuple
 ATTACKS = ("mia.auc", "mia.zlib_auc", "mia.span_auc")
 
 
+def _base_name(attack: str) -> str:
+    """The metric of the base model's own reading of a membership attack (`mia.base_auc`)."""
+    return attack.replace("mia.", "mia.base_", 1)
+
+
 def _mia(loaded: _Loaded, bank: ProbeBank, s: VerifySettings) -> dict[str, float]:
     """Membership AUCs, subject by subject against that subject's strangers, with an empirical null.
 
@@ -523,9 +528,9 @@ def _mia_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: P
                 s: VerifySettings, clock: _Clock) -> None:
     found = _mia(cand, bank, s)
     m.update(found)
-    for name in ("mia.auc", "mia.zlib_auc", "mia.span_auc"):
+    for name in ATTACKS:
         if name in base.mia:
-            m[name.replace("mia.", "mia.base_", 1)] = base.mia[name]
+            m[_base_name(name)] = base.mia[name]
     if "mia.auc" not in found:
         clock.unmeasurable("mia.auc_gap", NOT_COMPUTED, "no forget or no control records")
         clock.unmeasurable("mia.zlib_auc_gap", NOT_COMPUTED, "no forget or no control records")
@@ -966,8 +971,7 @@ def verify(
 
 
 # Each membership parity check and the base model's own reading of the same attack.
-_BASE_MEMBERSHIP = {"mia.auc_gap": "mia.base_auc", "mia.zlib_auc_gap": "mia.base_zlib_auc",
-                    "mia.span_auc_gap": "mia.base_span_auc"}
+_BASE_MEMBERSHIP = {f"{attack}_gap": _base_name(attack) for attack in ATTACKS}
 
 
 def base_blind_note(metrics: dict[str, float], checks: Sequence[CheckResult]) -> str | None:
