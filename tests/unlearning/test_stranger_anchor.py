@@ -75,20 +75,26 @@ def test_the_anchor_copies_are_anchored_and_never_fine_tuned_on(tiny_corpus_dir,
     data = MethodInput(forget=full.forget, retain=full.retain[: 2 * len(full.forget)], subjects=full.subjects,
                        record_subjects=full.record_subjects, probes=full.probes, name_pool=full.name_pool)
     masks: list[torch.Tensor] = []
-    original_nll = asu.masked_nll
+    original_nll, original_floor = asu.masked_nll, asu.floor_nll
 
     def nll_spy(logits, batch, mask):  # in ASU, the plain fine-tuning term on retained records only
         masks.append(mask.clone())
         return original_nll(logits, batch, mask)
 
+    def floor_spy(target, logits, mask, next_ids, own):  # the floored one (the default), the same
+        masks.append(own.clone())
+        return original_floor(target, logits, mask, next_ids, own)
+
     monkeypatch.setattr(asu, "masked_nll", nll_spy)
-    for anchor in (False, True):
+    monkeypatch.setattr(asu, "floor_nll", floor_spy)
+    for anchor, floor in ((False, True), (True, True), (True, False)):
         masks.clear()
         torch.manual_seed(0)
         model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
         tokenizer.padding_side = "right"
         hp = resolve_hparams("asu", {"steps": 4, "told_answers": False, "stranger_anchor": anchor,
-                                     "retain_nll_weight": 1.0, "retain_batch_size": 128}, model, subjects=1)
+                                     "retain_nll_weight": 1.0, "retain_nll_floor": floor,
+                                     "retain_batch_size": 128}, model, subjects=1)
         strangers = ASU().unlearn(model, tokenizer, data, hp).details["retain_strangers"]
         rows = [int(m.any(-1).sum()) for m in masks]
         if not anchor:

@@ -220,6 +220,26 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor,
     return sequence_mean(full, mask)
 
 
+def floor_nll(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor, next_ids: torch.Tensor,
+              own: torch.Tensor) -> torch.Tensor:
+    """The fine-tuning loss of the actual tokens charged only below the target's level:
+    max(0, log q(x) - log s(x)) at the masked positions that are also `own` (B, T), mean per
+    sequence then per batch.  ``target`` is the retain anchor (the original's prediction, which
+    knows each actual token's log-probability); its rows follow ``mask`` in row-major order.
+
+    It gives back what a token lost and never teaches past the original: a base that had
+    learnt a fifth of its retained facts stays at a fifth, as the model retrained without the
+    subject does."""
+    if target.actual is None:
+        raise ValueError("the retain anchor does not know the actual tokens' log-probabilities")
+    rows = student_logits[mask]
+    mine = torch.log_softmax(rows, dim=-1).gather(-1, next_ids[mask][:, None])[:, 0]
+    per_token = torch.relu(target.actual - mine) * own[mask].to(mine.dtype)
+    full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
+    full[mask] = per_token
+    return sequence_mean(full, own & mask)
+
+
 # Log-probabilities above this are read as this: float32 cannot tell 1 - p below it.
 _SURE = -1e-6
 
