@@ -30,7 +30,6 @@ from unlearning.methods.targets import (
     TeacherSettings,
     _who,
     compress,
-    floor_nll,
     forget_targets,
     kl_to_target,
     log_odds,
@@ -316,7 +315,8 @@ def test_the_token_term_pins_the_actual_tokens_log_probability_where_the_kl_bare
 def test_the_floored_fine_tuning_loss_gives_back_what_a_token_lost_and_never_teaches_past_the_original(vocab, topk):
     # The original gives each actual token 0.2 (an under-trained base).  A student that fell
     # to 0.05 pays log(0.2 / 0.05) per token and is pushed up; one above the original's level
-    # pays nothing and gets no gradient, where the plain loss would go on teaching it.
+    # pays nothing and gets no gradient, where the plain loss would go on teaching it.  The
+    # floor rides on the retain KL (`kl_to_target`), which has the token's log-probability.
     torch.manual_seed(2)
     rest = F.softmax(torch.randn(3, vocab), dim=-1)
     actual = torch.tensor([0, 1, 2])
@@ -325,23 +325,34 @@ def test_the_floored_fine_tuning_loss_gives_back_what_a_token_lost_and_never_tea
     mask = torch.ones(1, 3, dtype=torch.bool)
     own = torch.tensor([[True, True, False]])  # the third position is a stranger copy's: never trained
     next_ids = actual[None]
+
+    def floor(logits: torch.Tensor) -> torch.Tensor:  # the term alone: with it, less the KL without it
+        return (kl_to_target(anchor, logits, mask, next_ids=next_ids, floor_weight=1.0, own=own)
+                - kl_to_target(anchor, logits, mask))
+
     fallen = with_actual(0.05)[None].requires_grad_(True)
-    loss = floor_nll(anchor, fallen, mask, next_ids, own)
+    loss = floor(fallen)
     assert loss.item() == pytest.approx(math.log(0.2 / 0.05), rel=1e-3)
     loss.backward()
     assert bool((fallen.grad[0, torch.arange(2), actual[:2]] < 0).all())  # raises the fallen tokens
-    assert float(fallen.grad[0, 2].abs().sum()) == 0.0  # not the position that is not its own
+    assert float(fallen.grad[0, 2].abs().max()) < 1e-6  # not the position that is not its own
     for level in (0.25, 0.6):
         above = with_actual(level)[None].requires_grad_(True)
-        loss = floor_nll(anchor, above, mask, next_ids, own)
+        loss = floor(above)
         assert loss.item() == pytest.approx(0.0, abs=1e-4)
         loss.backward()
         assert float(above.grad.abs().max()) < 1e-4
         # The plain fine-tuning loss at the same place is not zero: it teaches.
         assert masked_nll(above.detach(), Batch(torch.tensor([[9, 0, 1, 2]]), torch.ones(1, 4),
                                                 mask, [0]), own).item() > 0.4
-    with pytest.raises(ValueError, match="actual"):
-        floor_nll(replace(anchor, actual=None), fallen, mask, next_ids, own)
+    # With the pin as well, the two terms add up as each alone.
+    both = kl_to_target(anchor, fallen, mask, next_ids=next_ids, token_weight=1.0, floor_weight=1.0, own=own)
+    pin = kl_to_target(anchor, fallen, mask, next_ids=next_ids, token_weight=1.0)
+    assert both.item() == pytest.approx(pin.item() + math.log(0.2 / 0.05), rel=1e-3)
+    with pytest.raises(ValueError, match="floor"):
+        kl_to_target(replace(anchor, actual=None), fallen, mask, next_ids=next_ids, floor_weight=1.0)
+    with pytest.raises(ValueError, match="floor"):
+        kl_to_target(anchor, fallen, mask, floor_weight=1.0)
 
 
 @pytest.mark.parametrize("vocab,topk", [(5000, 8), (64, None)])

@@ -75,18 +75,19 @@ def test_the_anchor_copies_are_anchored_and_never_fine_tuned_on(tiny_corpus_dir,
     data = MethodInput(forget=full.forget, retain=full.retain[: 2 * len(full.forget)], subjects=full.subjects,
                        record_subjects=full.record_subjects, probes=full.probes, name_pool=full.name_pool)
     masks: list[torch.Tensor] = []
-    original_nll, original_floor = asu.masked_nll, asu.floor_nll
+    original_nll, original_kl = asu.masked_nll, asu.kl_to_target
 
     def nll_spy(logits, batch, mask):  # in ASU, the plain fine-tuning term on retained records only
         masks.append(mask.clone())
         return original_nll(logits, batch, mask)
 
-    def floor_spy(target, logits, mask, next_ids, own):  # the floored one (the default), the same
-        masks.append(own.clone())
-        return original_floor(target, logits, mask, next_ids, own)
+    def kl_spy(target, logits, mask, **kwargs):  # the floored one (the default) rides on the retain KL
+        if kwargs.get("floor_weight", 0.0) > 0:
+            masks.append(kwargs["own"].clone())
+        return original_kl(target, logits, mask, **kwargs)
 
     monkeypatch.setattr(asu, "masked_nll", nll_spy)
-    monkeypatch.setattr(asu, "floor_nll", floor_spy)
+    monkeypatch.setattr(asu, "kl_to_target", kl_spy)
     for anchor, floor in ((False, True), (True, True), (True, False)):
         masks.clear()
         torch.manual_seed(0)

@@ -71,7 +71,6 @@ from unlearning.methods.targets import (
     batch_states,
     batch_target,
     fit_lens,
-    floor_nll,
     keep_rows,
     kl_to_target,
     latent_loss,
@@ -137,7 +136,7 @@ class ASUHparams(TrainingHparams):
     # lost a little, and a chain of erasures compounds it.  The corpus text does not decay.
     retain_nll_weight: float = 0.0
     # ... charged only where the student gives a token less than the original did
-    # (`targets.floor_nll`).  The plain loss (False) goes on teaching a base that had not
+    # (`targets.kl_to_target`'s floor).  The plain loss (False) goes on teaching a base that had not
     # learnt its retained records: what it says about a stranger rises with them, the fixed
     # forget targets stay at the base's stranger, and the subject ends *less* familiar than
     # a stranger (docs/methods.md, "The floored retain term").
@@ -334,16 +333,14 @@ class ASU:
                 kept = trained(input_ids=retain_batch.input_ids, attention_mask=retain_batch.attention_mask,
                                output_hidden_states=anchor_states is not None)
                 kept_logits = kept.logits[:, :-1].float()
+                own = own_masks[retain_index[id(retain_batch)]]
                 loss_retain = kl_to_target(anchor, kept_logits, retain_batch.loss_mask,
                                            next_ids=retain_batch.input_ids[:, 1:],
-                                           token_weight=hp.retain_token_weight, token_gap=hp.token_gap)
-                if hp.retain_nll_weight > 0 and hp.retain_nll_floor:
-                    loss_retain = loss_retain + hp.retain_nll_weight * floor_nll(
-                        anchor, kept_logits, retain_batch.loss_mask, retain_batch.input_ids[:, 1:],
-                        own_masks[retain_index[id(retain_batch)]])
-                elif hp.retain_nll_weight > 0:
-                    loss_retain = loss_retain + hp.retain_nll_weight * masked_nll(
-                        kept_logits, retain_batch, own_masks[retain_index[id(retain_batch)]])
+                                           token_weight=hp.retain_token_weight, token_gap=hp.token_gap,
+                                           floor_weight=hp.retain_nll_weight if hp.retain_nll_floor else 0.0,
+                                           own=own)
+                if hp.retain_nll_weight > 0 and not hp.retain_nll_floor:
+                    loss_retain = loss_retain + hp.retain_nll_weight * masked_nll(kept_logits, retain_batch, own)
                 if anchor_states is not None:
                     loss_retain = loss_retain + hp.retain_latent_weight * latent_loss(kept.hidden_states, anchor_states)
             return hp.forget_weight * loss_forget + hp.retain_weight * loss_retain

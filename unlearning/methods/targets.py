@@ -183,7 +183,8 @@ def concat(dists: Sequence[Dist]) -> Dist:
 
 def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor, *,
                  next_ids: torch.Tensor | None = None, token_weight: float = 0.0,
-                 token_gap: str = "logprob") -> torch.Tensor:
+                 token_gap: str = "logprob", floor_weight: float = 0.0,
+                 own: torch.Tensor | None = None) -> torch.Tensor:
     """Forward KL(target || student) at the masked positions, mean per sequence then per batch.
 
     ``student_logits`` is (B, T, V); the rows of ``target`` follow the masked
@@ -204,40 +205,42 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor,
     (Min-K%++) reads a confident token by that mass (its z is about the square root of
     it), and the log-probability barely sees it: 0.99 against 0.9985 is 0.009 nats of
     log-probability, 1.9 of log-odds (`log_odds`).
-    """
-    rows = student_logits[mask]
-    pick = next_ids[mask] if token_weight > 0 and next_ids is not None and target.actual is not None else None
-    per_token, mine = _kl_rows(target, rows, pick)
-    if mine is not None and target.actual is not None:
-        theirs = target.actual
-        if token_gap == "logodds":
-            mine, theirs = log_odds(mine), log_odds(theirs)
-        elif token_gap != "logprob":
-            raise ValueError(f"unknown token gap {token_gap!r}: logprob or logodds")
-        per_token = per_token + token_weight * (mine - theirs).square()
-    full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
-    full[mask] = per_token
-    return sequence_mean(full, mask)
 
-
-def floor_nll(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor, next_ids: torch.Tensor,
-              own: torch.Tensor) -> torch.Tensor:
-    """The fine-tuning loss of the actual tokens charged only below the target's level:
-    max(0, log q(x) - log s(x)) at the masked positions that are also `own` (B, T), mean per
-    sequence then per batch.  ``target`` is the retain anchor (the original's prediction, which
-    knows each actual token's log-probability); its rows follow ``mask`` in row-major order.
-
-    It gives back what a token lost and never teaches past the original: a base that had
+    With ``floor_weight`` > 0 (and ``next_ids``; the retain anchor as target), adds
+    ``floor_weight`` times the fine-tuning loss of the actual tokens charged only below the
+    target's level, max(0, log q(x) - log s(x)), at the masked positions that are also
+    ``own`` (B, T; default all), mean per sequence then per batch over those positions.  It
+    gives back what a token lost and never teaches past the original: a base that had
     learnt a fifth of its retained facts stays at a fifth, as the model retrained without the
-    subject does."""
-    if target.actual is None:
-        raise ValueError("the retain anchor does not know the actual tokens' log-probabilities")
+    subject does.  It reads the student's log-probability of the token that the KL has
+    already computed, so it costs no log-softmax of its own.
+    """
+    if floor_weight > 0 and (target.actual is None or next_ids is None):
+        raise ValueError("the floor needs the actual tokens and a target that knows their log-probabilities")
+    wanted = (token_weight > 0 or floor_weight > 0) and next_ids is not None and target.actual is not None
     rows = student_logits[mask]
-    mine = torch.log_softmax(rows, dim=-1).gather(-1, next_ids[mask][:, None])[:, 0]
-    per_token = torch.relu(target.actual - mine) * own[mask].to(mine.dtype)
+    pick = next_ids[mask] if wanted and next_ids is not None else None
+    per_token, mine = _kl_rows(target, rows, pick)
+    floor: torch.Tensor | None = None
+    if mine is not None and target.actual is not None:
+        if floor_weight > 0:
+            floor = torch.relu(target.actual - mine)
+        if token_weight > 0:
+            theirs, gap_mine = target.actual, mine
+            if token_gap == "logodds":
+                gap_mine, theirs = log_odds(mine), log_odds(theirs)
+            elif token_gap != "logprob":
+                raise ValueError(f"unknown token gap {token_gap!r}: logprob or logodds")
+            per_token = per_token + token_weight * (gap_mine - theirs).square()
     full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
     full[mask] = per_token
-    return sequence_mean(full, own & mask)
+    loss = sequence_mean(full, mask)
+    if floor is None:
+        return loss
+    kept = mask if own is None else mask & own
+    charged = torch.zeros(mask.shape, dtype=floor.dtype, device=floor.device)
+    charged[mask] = floor
+    return loss + floor_weight * sequence_mean(charged, kept)
 
 
 # Log-probabilities above this are read as this: float32 cannot tell 1 - p below it.
