@@ -272,6 +272,15 @@ def test_the_retained_records_nll_at_their_positions_is_the_full_nll_masked():
     assert float(grad[~mask].abs().sum()) == 0.0 and float(grad[mask].abs().sum()) > 0
 
 
+def _three_positions(vocab: int, *, seed: int) -> tuple[torch.Tensor, partial[torch.Tensor]]:
+    """Three positions whose actual tokens are 0, 1 and 2, and a function of p giving their
+    log-probabilities with each actual token at p and the rest a fixed random spread."""
+    torch.manual_seed(seed)
+    rest = F.softmax(torch.randn(3, vocab), dim=-1)
+    actual = torch.tensor([0, 1, 2])
+    return actual, partial(_with_actual, rest, actual)
+
+
 def _with_actual(rest: torch.Tensor, actual: torch.Tensor, p_actual: float) -> torch.Tensor:
     """Log-probabilities `rest` rescaled so that each row's `actual` token has `p_actual`."""
     rows = torch.arange(len(actual))
@@ -287,10 +296,7 @@ def test_the_token_term_pins_the_actual_tokens_log_probability_where_the_kl_bare
     # The target gives the actual token 1e-4; the student gives it 0.1 and otherwise agrees.
     # The forward KL charges that about log(1/0.9) = 0.1 nats; an attacker scoring the token
     # sees it 3 nats too familiar.  The squared log gap charges (log 0.1 - log 1e-4)^2 = 47.7.
-    torch.manual_seed(1)
-    rest = F.softmax(torch.randn(3, vocab), dim=-1)
-    actual = torch.tensor([0, 1, 2])
-    with_actual = partial(_with_actual, rest, actual)
+    actual, with_actual = _three_positions(vocab, seed=1)
     target = compress(with_actual(1e-4), topk, actual[:, None])
     assert target.actual is not None and torch.allclose(target.actual, torch.full((3,), 1e-4).log(), atol=1e-4)
     student = with_actual(0.1)[None].requires_grad_(True)
@@ -317,10 +323,7 @@ def test_the_floored_fine_tuning_loss_gives_back_what_a_token_lost_and_never_tea
     # to 0.05 pays log(0.2 / 0.05) per token and is pushed up; one above the original's level
     # pays nothing and gets no gradient, where the plain loss would go on teaching it.  The
     # floor rides on the retain KL (`kl_to_target`), which has the token's log-probability.
-    torch.manual_seed(2)
-    rest = F.softmax(torch.randn(3, vocab), dim=-1)
-    actual = torch.tensor([0, 1, 2])
-    with_actual = partial(_with_actual, rest, actual)
+    actual, with_actual = _three_positions(vocab, seed=2)
     anchor = compress(with_actual(0.2), topk, actual[:, None])
     mask = torch.ones(1, 3, dtype=torch.bool)
     own = torch.tensor([[True, True, False]])  # the third position is a stranger copy's: never trained
@@ -361,10 +364,7 @@ def test_the_log_odds_gap_sees_the_mass_a_confident_token_leaves_to_the_others(v
     # that token's z at about the square root of the mass left over (0.04 against 0.1, the
     # student looks more familiar); the log-probability gap is 0.009 nats and charges
     # nothing, the log-odds gap log(0.9985/0.0015) - log(0.99/0.01) = 1.9 charges 3.6.
-    torch.manual_seed(2)
-    rest = F.softmax(torch.randn(3, vocab), dim=-1)
-    actual = torch.tensor([0, 1, 2])
-    with_actual = partial(_with_actual, rest, actual)
+    actual, with_actual = _three_positions(vocab, seed=2)
     target = compress(with_actual(0.9985), topk, actual[:, None])
     student = with_actual(0.99)[None].requires_grad_(True)
     mask = torch.ones(1, 3, dtype=torch.bool)
