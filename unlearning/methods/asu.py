@@ -105,7 +105,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 7 of 9 quality runs passing against the log-probability pin's 8 of 9.
     # retain_nll_weight 3 with the floor (measured 2026-12-07, docs/methods.md "The floored retain
     # term": the plain term at 1 taught under-trained bases their retained records and left the
-    # subject less familiar than a stranger on 7 of 8 architectures at once; floored at 1, GPT-Neo
+    # subject less familiar than a stranger on 8 of 9 architectures at once; floored at 1, GPT-Neo
     # kept 0.84 of its retained accuracy, at 3 1.03).
     "demo": {"lr": 5e-4, "tau": 2.0, "min_steps": 200, "steps_per_subject": 30, "retain_weight": 3.0,
              "retain_nll_weight": 3.0,
