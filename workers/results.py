@@ -38,6 +38,8 @@ def verification_results_store(session: Session, *, job_id: int, round_: int,
         failed = [c for c in checks if c.get("passed") is False]
         shown = next((c for c in failed if c.get("decides_pass", True)), failed[0] if failed else checks[0])
         details: dict[str, Any] = {"check": shown.get("name"), "decides_pass": shown.get("decides_pass", True)}
+        if shown.get("rule"):  # how an unmeasured or underpowered check was decided
+            details["rule"] = str(shown["rule"])
         if len(checks) > 1:
             details["checks"] = [{"check": c.get("name"), "threshold": c.get("threshold"),
                                   "comparator": c.get("comparator"), "passed": c.get("passed"),

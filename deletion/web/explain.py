@@ -89,6 +89,9 @@ def explain(row: Any) -> CheckExplained:
     verdict = ("passed" if row.passed else "failed") if row.passed is not None else "was recorded"
     sentence = (f"We measured {what}: {_number(row.value)}, compared with {against}. The policy "
                 f"allows {bound} {_number(row.threshold)}, so this check {verdict}.")
+    rule = (row.details or {}).get("rule") if isinstance(row.details, dict) else None
+    if rule:
+        sentence += f" The policy's rule for this sample: {rule}."
     return CheckExplained(row.metric, name, sentence, row.passed)
 
 

@@ -15,6 +15,7 @@ import math
 import os
 import zlib
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -73,6 +74,7 @@ from unlearning.verification.policy import (
     NO_SPANS,
     NOT_COMPUTED,
     TOO_FEW_RECORDS,
+    UNDERPOWERED,
 )
 
 
@@ -409,7 +411,7 @@ def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() ->
     assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") == v1
     assert get_policy("strict-test") == v2 != v1
-    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "8"
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "9"
     assert get_policy("default", "1").version == "1"
     with pytest.raises(ValueError, match="already exists"):
         register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
@@ -465,6 +467,7 @@ def test_a_policy_document_is_read_registered_and_judges_like_the_same_policy_in
     ({"check_decides_pass": "false"}, "decides_pass"),
     ({"allow_suppression": "false"}, "allow_suppression"),
     ({"check_unmeasured_passes": BASE_SILENT}, "unmeasured_passes"),
+    ({"check_unchanged": True}, "unchanged"),
     ({"escalation": {"asu": ["steps"]}}, "not a policy document"),
 ])
 def test_a_bad_policy_document_is_refused_with_a_value_error_naming_the_problem(
@@ -839,7 +842,7 @@ def test_strangers_who_agree_leave_the_per_question_error_as_the_floor() -> None
 
 def test_policy_v8_changes_only_the_two_paired_fluency_checks_and_no_threshold() -> None:
     v7, v8 = get_policy("default", "7"), get_policy("default", "8")
-    assert v8 is DEFAULT_POLICY and v7.escalation == v8.escalation
+    assert v8.version == "8" and v7.escalation == v8.escalation
     changed = {(a.metric, b.metric, b.baseline, b.stderr)
                for a, b in zip(v7.checks, v8.checks, strict=True) if a != b}
     assert changed == {
@@ -855,6 +858,47 @@ def test_policy_v8_changes_only_the_two_paired_fluency_checks_and_no_threshold()
     judged = _by_name(v8.judge({}, {"fluency.content_paired_gibberish_rate": NO_QUESTIONS,
                                     "fluency.content_strangers_gibberish_rate": NO_QUESTIONS}))
     assert judged[V8_SUBJECT].passed and judged[V8_STRANGERS].passed
+
+
+
+LATENT_V9 = "latent residual knowledge"
+
+
+def test_policy_v9_never_lets_the_latent_allowance_reach_the_unchanged_models_reading() -> None:
+    v8, v9 = get_policy("default", "8"), get_policy("default", "9")
+    assert v9 is DEFAULT_POLICY and v8.escalation == v9.escalation
+    changed = {b.metric for a, b in zip(v8.checks, v9.checks, strict=True) if a != b}
+    assert changed == {"latent.matched_ratio", "gates_off.latent.matched_ratio"}
+    for a, b in zip(v8.checks, v9.checks, strict=True):  # never an easier threshold
+        assert replace(b, unchanged=None) == a
+    # One person, five facts: the lens reads the values as the base did (1.0), error 0.48.
+    few = {"latent.matched_ratio": 1.0, "latent.matched_ratio.stderr": 0.48}
+    old, new = _by_name(v8.judge(few))[LATENT_V9], _by_name(v9.judge(few))[LATENT_V9]
+    assert old.passed and old.threshold == pytest.approx(0.25 + 1.645 * 0.48) and old.rule is None
+    assert not new.passed and new.threshold == pytest.approx((0.25 + 1.0) / 2)
+    assert new.status == "measured" and new.rule is not None and new.rule.startswith(UNDERPOWERED)
+    assert "22%" in new.rule  # P(N(0, 0.48) > 0.375): a reading at the limit fails as often
+    assert _by_name(v9.judge({**few, "latent.matched_ratio": 0.6}))[LATENT_V9].passed
+    # Where the allowance stays below the unchanged reading, v9 judges as v8 did.
+    many = {"latent.matched_ratio": 0.5, "latent.matched_ratio.stderr": 0.2}
+    old, new = _by_name(v8.judge(many))[LATENT_V9], _by_name(v9.judge(many))[LATENT_V9]
+    assert (new.passed, new.threshold, new.rule) == (old.passed, old.threshold, None)
+    assert not _by_name(v9.judge({**many, "latent.matched_ratio": 0.6}))[LATENT_V9].passed
+
+
+def test_an_unchanged_reading_can_be_a_metric_and_a_bound_below_it_is_left_alone() -> None:
+    spec = CheckSpec("leak", "leakage.forget", "<=", 0.05, "leakage.control", 1.645,
+                     unchanged="leakage.base_forget")
+    m = {"leakage.forget": 0.2, "leakage.control": 0.0, "leakage.forget.stderr": 0.1,
+         "leakage.base_forget": 0.2}  # 0.05 + 1.645 * 0.1 reaches 0.2
+    threshold, rule = spec.limit(m)
+    assert threshold == pytest.approx(0.125) and rule is not None and UNDERPOWERED in rule
+    assert spec.limit({**m, "leakage.base_forget": 0.5}) == (pytest.approx(0.05 + 0.1645), None)
+    # The base itself inside the bound: nothing to balance (the base-blind note's case).
+    assert spec.limit({**m, "leakage.base_forget": 0.04}) == (pytest.approx(0.05 + 0.1645), None)
+    assert spec.limit({k: v for k, v in m.items() if k != "leakage.base_forget"})[1] is None
+    doc = _document(check_unchanged="leakage.base_forget", version="unchanged-metric")
+    assert policy_from_json(doc).checks[0].unchanged == "leakage.base_forget"
 
 
 def test_the_fluency_checks_ask_the_subjects_questions_about_several_different_strangers(
@@ -965,7 +1009,7 @@ def test_policy_v4_judges_fluency_over_content_tokens_with_v3s_thresholds() -> N
 
 def test_policy_v6_judges_latent_traces_against_the_subjects_own_values_about_strangers() -> None:
     v5, v6 = get_policy("default", "5"), get_policy("default", "6")
-    assert get_policy("default", "6") is v6 and DEFAULT_POLICY.version == "8"
+    assert get_policy("default", "6") is v6 and DEFAULT_POLICY.version == "9"
     changed = {(a.metric, b.metric) for a, b in zip(v5.checks, v6.checks, strict=True) if a != b}
     assert changed == {("latent.value_ratio", "latent.paired_ratio"),
                        ("gates_off.latent.value_ratio", "gates_off.latent.paired_ratio")}
@@ -1126,7 +1170,7 @@ def test_policy_v7_judges_relearning_against_strangers_relearning_the_same_recor
                "attack.relearn_paired_recovery.stderr": 0.05}
     v6 = _by_name(get_policy("default", "6").judge(metrics))
     v7 = _by_name(get_policy("default", "7").judge(metrics))
-    assert DEFAULT_POLICY.version == "8"
+    assert DEFAULT_POLICY.version == "9"
     assert not v6["relearning attack (highest point of the recovery curve)"].passed
     assert v7[RELEARN_V7].passed  # the strangers learnt it from the same records: no recovery
     assert "relearning attack (highest point of the recovery curve)" not in v7

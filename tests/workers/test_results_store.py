@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from deletion.domain.models import Job, VerificationResult
+from deletion.web.explain import explain
 from tests.domain.conftest import register_model
 from workers.results import verification_results_store
 
@@ -18,7 +19,8 @@ REPORT = {
     "checks": [
         # written upper bound first, the passing lower bound last: the last must not win
         {"name": "latent residual knowledge", "metric": "latent.residual_ratio", "value": 0.61,
-         "threshold": 0.25, "comparator": "<=", "passed": False},
+         "threshold": 0.25, "comparator": "<=", "passed": False,
+         "rule": "underpowered: threshold halfway, about 22% of readings misjudged either way"},
         {"name": "latent traces not below strangers", "metric": "latent.residual_ratio", "value": 0.61,
          "threshold": -0.25, "comparator": ">=", "passed": True},
         {"name": "retained-fact accuracy", "metric": "utility.retain_ratio", "value": 0.99,
@@ -50,6 +52,10 @@ def test_a_metric_judged_on_both_sides_fails_when_either_bound_fails_and_keeps_b
     latent = rows["latent.residual_ratio"]
     assert latent.passed is False and (latent.threshold, latent.comparator) == (0.25, "<=")
     assert latent.details["check"] == "latent residual knowledge"
+    # How the policy set a threshold the sample could not carry reaches the officer's sentence.
+    assert latent.details["rule"].startswith("underpowered")
+    assert "22% of readings misjudged" in explain(latent).sentence
+    assert "rule" not in rows["utility.retain_ratio"].details
     assert [(c["check"], c["passed"]) for c in latent.details["checks"]] == [
         ("latent residual knowledge", False), ("latent traces not below strangers", True)]
     assert rows["utility.retain_ratio"].passed is True and "checks" not in rows["utility.retain_ratio"].details

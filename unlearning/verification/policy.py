@@ -103,7 +103,7 @@ records, where a replaced date is another value with other perturbations and a
 fresh identifier found the subject's own as its perturbation, a fact the
 subject's side lacked (measured on a Qwen3 corpus of three records a person).
 
-`default` v8 (the default) differs from v7 in the two paired fluency checks
+`default` v8 differs from v7 in the two paired fluency checks
 only (margins and noise term unchanged): the subject's questions are asked about
 several strangers (`VerifySettings.fluency_strangers`, 3), not one, and the
 subject is judged against their mean with a standard error that includes how
@@ -117,6 +117,18 @@ v7's verdict on a true retrain depended on the stranger drawn (it failed that
 model on one machine, 8 of 33 against 3 of 33, and passed it on another, 7
 against 3).  The candidate-against-base check pools the strangers, clustered by
 stranger.
+
+`default` v9 (the default) differs from v8 in the two latent upper bounds only:
+their noise allowance may no longer reach the reading of a model the erasure
+left unchanged (1, the base's own ratio).  Where it would, the threshold is
+set halfway between the limit and that reading (`CheckSpec.unchanged`,
+`CheckSpec.limit`) and the result's `rule` says so and how often a reading is
+misjudged either way.  v8 allowed 1.645 standard errors however large: on one
+person with five facts (a RecurrentGemma probe, standard error 0.42-0.48) its
+threshold rose to 0.95-1.04, and a candidate whose lens read the subject's
+values exactly as the base did (1.0) passed after the retry.  Where the
+allowance stays below 1 (every run of the demo's quality bench: standard
+errors 0.003-0.36) v9's verdicts are v8's.
 """
 
 from __future__ import annotations
@@ -133,6 +145,8 @@ TOO_FEW_RECORDS = "too-few-records"
 NO_QUESTIONS = "no-question-probes"
 NO_SPANS = "no-identifying-spans"
 NOT_COMPUTED = "not-computed"
+# Not a missing metric: a measured one whose sample cannot carry the check's noise allowance.
+UNDERPOWERED = "underpowered"
 
 
 @dataclass(frozen=True)
@@ -146,17 +160,43 @@ class CheckSpec:
     decides_pass: bool = True  # False: reported, never fails the report
     unmeasured_passes: tuple[str, ...] = ()  # reason codes for which "not measurable" passes
     stderr: str | None = None  # the metric holding the standard error (None: "<metric>.stderr")
+    # What a model the erasure left unchanged reads (a number, or the metric holding the base's
+    # reading).  An upper bound whose noise allowance reaches it could not fail that model: the
+    # threshold is then balanced halfway between the limit and it (`limit`), and the result says so.
+    unchanged: float | str | None = None
 
     def threshold(self, metrics: Mapping[str, float]) -> float | None:
         """The threshold this check applies to `metrics`, or None when an input is missing."""
+        return self.limit(metrics)[0]
+
+    def limit(self, metrics: Mapping[str, float]) -> tuple[float | None, str | None]:
+        """The threshold and, where the sample was too small for the noise allowance, the rule
+        that set it instead (None otherwise).
+
+        Where `limit + allowance` would reach the unchanged model's reading `u`, no sample of
+        this size could tell the two apart at the policy's confidence.  The threshold is then
+        `(limit + u) / 2`: a model exactly at the limit and an unchanged one are misjudged
+        equally often, and the rule names that rate (a normal reading with the check's standard
+        error), so that an unchanged model fails however few facts there are."""
         base = 0.0
         if self.baseline is not None:
             if self.baseline not in metrics or math.isnan(metrics[self.baseline]):
-                return None
+                return None, None
             base = metrics[self.baseline]
         stderr = metrics.get(self.stderr or f"{self.metric}.stderr", 0.0) if self.noise_z else 0.0
-        slack = self.noise_z * (0.0 if math.isnan(stderr) else stderr)
-        return base + self.margin + slack if self.comparator == "<=" else base + self.margin - slack
+        stderr = 0.0 if math.isnan(stderr) else stderr
+        slack = self.noise_z * stderr
+        if self.comparator != "<=":
+            return base + self.margin - slack, None
+        bound = base + self.margin
+        unchanged = metrics.get(self.unchanged) if isinstance(self.unchanged, str) else self.unchanged
+        if unchanged is None or math.isnan(unchanged) or unchanged <= bound or bound + slack < unchanged:
+            return bound + slack, None
+        balanced = (bound + unchanged) / 2
+        misjudged = 0.5 * math.erfc((balanced - bound) / stderr / math.sqrt(2))
+        return balanced, (f"{UNDERPOWERED}: the noise allowance ({slack:.3f}) reaches the unchanged "
+                          f"model's reading ({unchanged:.3f}); threshold halfway, about "
+                          f"{misjudged:.0%} of readings misjudged either way")
 
 
 @dataclass(frozen=True)
@@ -169,7 +209,9 @@ class CheckResult:
     passed: bool
     decides_pass: bool = True
     status: str = "measured"  # or "unmeasured"
-    rule: str | None = None  # for an unmeasured metric: the reason code and the verdict it gets
+    # For an unmeasured metric: the reason code and the verdict it gets; for a measured one whose
+    # sample was too small for the noise allowance: how the threshold was set instead.
+    rule: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -229,12 +271,12 @@ class Policy:
         """
         results = []
         for spec in self.checks:
-            threshold = spec.threshold(metrics) if spec.metric in metrics else None
+            threshold, rule = spec.limit(metrics) if spec.metric in metrics else (None, None)
             value = metrics.get(spec.metric)
             if value is not None and not math.isnan(value) and threshold is not None:
                 ok = value <= threshold if spec.comparator == "<=" else value >= threshold
                 results.append(CheckResult(spec.name, spec.metric, float(value), round(threshold, 6),
-                                           spec.comparator, bool(ok), spec.decides_pass))
+                                           spec.comparator, bool(ok), spec.decides_pass, rule=rule))
                 continue
             if unmeasured is None and value is None:
                 continue
@@ -523,12 +565,26 @@ def _v8_checks() -> tuple[CheckSpec, ...]:
     return tuple(checks)
 
 
-DEFAULT_POLICY = Policy(name="default", version="8", checks=_v8_checks(), escalation=_V7_ESCALATION)
+DEFAULT_POLICY_V8 = Policy(name="default", version="8", checks=_v8_checks(), escalation=_V7_ESCALATION)
+
+# The latent checks' upper bounds and the reading of a model the erasure left unchanged: by
+# construction the ratio is 1 for the base (its own accuracy over its own accuracy).
+_V9_UNCHANGED = {"latent.matched_ratio": 1.0, "gates_off.latent.matched_ratio": 1.0}
+
+
+def _v9_checks() -> tuple[CheckSpec, ...]:
+    """v8's checks with the latent upper bounds never widened to the unchanged model's reading."""
+    return tuple(replace(spec, unchanged=_V9_UNCHANGED[spec.metric])
+                 if spec.metric in _V9_UNCHANGED and spec.comparator == "<=" else spec
+                 for spec in DEFAULT_POLICY_V8.checks)
+
+
+DEFAULT_POLICY = Policy(name="default", version="9", checks=_v9_checks(), escalation=_V7_ESCALATION)
 
 _REGISTRY: dict[tuple[str, str], Policy] = {
     (p.name, p.version): p
     for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY_V3, DEFAULT_POLICY_V4, DEFAULT_POLICY_V5,
-              DEFAULT_POLICY_V6, DEFAULT_POLICY_V7, DEFAULT_POLICY)
+              DEFAULT_POLICY_V6, DEFAULT_POLICY_V7, DEFAULT_POLICY_V8, DEFAULT_POLICY)
 }
 
 
@@ -575,6 +631,16 @@ def _reasons(check: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _unchanged(check: Mapping[str, Any]) -> float | str | None:
+    """`unchanged`: a number, or the name of the metric holding the base's reading."""
+    value = check.get("unchanged")
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"unchanged must be a number or a metric name, not {value!r}")
+    return float(value)
+
+
 def policy_from_json(document: Mapping[str, Any]) -> Policy:
     """A policy from its JSON form (a deployment's own policy file) and registered.
 
@@ -587,7 +653,8 @@ def policy_from_json(document: Mapping[str, Any]) -> Policy:
                       noise_z=float(c.get("noise_z", 0.0)),
                       decides_pass=_flag(c, "decides_pass"),
                       unmeasured_passes=_reasons(c),
-                      stderr=None if c.get("stderr") is None else str(c["stderr"]))
+                      stderr=None if c.get("stderr") is None else str(c["stderr"]),
+                      unchanged=_unchanged(c))
             for c in document["checks"]
         )
         escalation = {
