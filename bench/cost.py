@@ -144,20 +144,23 @@ def step_time(settings: BenchSettings, assets: Assets, *, work: Path, console: C
 WIDE_RUNS = tuple(run for run in STEP_RUNS if run[0] in ("plain", "asu_cached_gd", "asu_cached_kl", "asu_online_gd"))
 
 
-def wide_model(assets: Assets, shape: tuple[int, int, int], out: Path) -> tuple[Path, int]:
-    """A Llama-style model with the base's tokenizer and vocabulary, `shape` = (hidden size,
-    layers, MLP width), random weights (seed 0); and its parameter count.  On the demo's
-    2-layer model of width 128 the output head is about a third of a step's arithmetic, so
-    every loss term read through it (the ASU forget KL over more positions than the plain
-    loss's, the latent loss's lens) weighs three times what it weighs in a model whose head is
-    a small share, as in every released language model."""
+def wide_model(assets: Assets, shape: tuple[int, ...], out: Path) -> tuple[Path, int]:
+    """A Llama-style model with the base's tokenizer, `shape` = (hidden size, layers, MLP width
+    [, vocabulary size: 0 or absent for the base's]), random weights (seed 0); and its parameter
+    count.  What a loss term read through the output head costs depends on the vocabulary: on
+    the demo's 2,048 tokens the latent loss's lens over the whole vocabulary took 7 % of an ASU
+    step, on 32,000 (a released model's, of the 100M-1B class whose head is a fifth to a third
+    of the arithmetic) 20 % (2026-12-07, docs/methods.md "The lens over a few columns")."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 
-    hidden, layers, width = shape
+    hidden, layers, width, *rest = shape
     base = AutoConfig.from_pretrained(assets.base_dir)
+    vocabulary = rest[0] if rest and rest[0] else base.vocab_size
+    if vocabulary < base.vocab_size:
+        raise ValueError(f"the wider model's vocabulary ({vocabulary}) must hold the base tokenizer's {base.vocab_size}")
     heads = max(1, hidden // 64)
-    config = LlamaConfig(vocab_size=base.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+    config = LlamaConfig(vocab_size=vocabulary, hidden_size=hidden, num_hidden_layers=layers,
                          intermediate_size=width, num_attention_heads=heads, num_key_value_heads=heads,
                          max_position_embeddings=getattr(base, "max_position_embeddings", 512),
                          bos_token_id=base.bos_token_id, eos_token_id=base.eos_token_id,
@@ -172,7 +175,7 @@ def wide_model(assets: Assets, shape: tuple[int, int, int], out: Path) -> tuple[
     return out, sum(p.numel() for p in model.parameters())
 
 
-def wide_step_time(assets: Assets, sets: Any, shape: tuple[int, int, int], *, steps: int, work: Path,
+def wide_step_time(assets: Assets, sets: Any, shape: tuple[int, ...], *, steps: int, work: Path,
                    console: Console) -> dict[str, Any]:
     """`WIDE_RUNS` on `wide_model(shape)`, `steps` a run (a quarter of the demo's: a step costs
     about 15 times as much)."""
@@ -181,9 +184,9 @@ def wide_step_time(assets: Assets, sets: Any, shape: tuple[int, int, int], *, st
         timed = _step_rounds(directory, sets, WIDE_RUNS, steps=steps, work=work, console=console, label="wide ")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    hidden, layers, width = shape
+    hidden, layers, width, *rest = shape
     return {**timed, "hidden_size": hidden, "layers": layers, "intermediate_size": width,
-            "parameters": parameters, "steps": steps}
+            "vocabulary": rest[0] if rest and rest[0] else None, "parameters": parameters, "steps": steps}
 
 
 def _job(assets: Assets, corpus: Any, people: list[dict[str, Any]], *, work: Path,

@@ -310,7 +310,8 @@ def _cost(cost: Any) -> list[str]:
                      + fmt(_get(step, "per_step_s", "plain"), 4) + " s"])
     wide = _get(step, "wide_model")
     if isinstance(wide, dict):
-        shape = (f"width {wide.get('hidden_size')}, {wide.get('layers')} layers, "
+        vocabulary = f", vocabulary {fmt(wide.get('vocabulary'))}" if wide.get("vocabulary") else ""
+        shape = (f"width {wide.get('hidden_size')}, {wide.get('layers')} layers{vocabulary}, "
                  f"{fmt((wide.get('parameters') or 0) / 1e6, 1)}M parameters, random weights")
         for key, label, limit in (("asu_cached_gd", "cached teacher, GD retain", "<= 1.05"),
                                   ("asu_cached_kl", "cached teacher, KL retain: the default", "<= 1.05"),
@@ -586,10 +587,10 @@ METHODS_NOTE = [
     "ASU runs its `published` preset with the teacher recomputed every step from a frozen copy "
     "(`cache_teacher=none`) or cached before step 1: its top 64 tokens and the rest's mass (`topk`, the "
     "default), or the whole vocabulary (`full`; the cached rows measured this one until 2026-12-06).  "
-    "The wider model's rows: the same runs on a Llama-style model with the demo's tokenizer and "
-    "vocabulary, random weights, of the width and depth given (full mode; a quarter of the steps): "
-    "there the output head is a small share of a step, as in released models, where on the demo's "
-    "2-layer model of width 128 it is about a third.",
+    "The wider model's rows: the same runs on a Llama-style model with the demo's tokenizer, random "
+    "weights, of the width, depth and vocabulary given (full mode; a quarter of the steps; the "
+    "vocabulary of a released model from 2026-12-07, the demo's 2,048 tokens before): every term "
+    "read through the output head pays for the whole vocabulary, as in a released model.",
     "- **Batching**: one engine job = build sets + erase (default ASU) + verify with a cold cache; "
     "each side the fastest of its runs, the 1-subject and the n-subject jobs taken in alternation "
     "(two rounds from 2026-12-06 20:45; one run each before).",

@@ -56,10 +56,12 @@ class BenchSettings:
     # order): how far two models that never saw the people are from each other, the resolution
     # of "within x of the oracle".
     oracle_training_seeds: tuple[int, ...] = (0,)
-    # The step cost once more on a model of the demo's vocabulary but of the proportions of a
-    # real one (random weights: the cost of a step does not depend on them), where the output
-    # head is a small share of the work: hidden size, layers and MLP width; None: not measured.
-    cost_wide_model: tuple[int, int, int] | None = None
+    # The step cost once more on a model of the proportions of a real one (random weights: the
+    # cost of a step does not depend on them): hidden size, layers, MLP width and vocabulary size
+    # (0: the demo's; the tokenizer is the demo's either way, and a larger vocabulary's extra rows
+    # are tokens it never writes, which cost what they cost in a released model: every term read
+    # through the output head pays for the whole vocabulary); None: not measured.
+    cost_wide_model: tuple[int, int, int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,7 +81,7 @@ FULL = BenchSettings(
     mode="full", preset="demo", people=200, forget_fractions=(0.01, 0.05, 0.10), seeds=(0, 1, 2),
     methods=METHOD_VARIANTS, tofu_perturbed=5, utility_facts=200,
     continual_requests=10, continual_method="asu", cost_steps=80, batching_subjects=20,
-    cost_wide_model=(512, 6, 1376),
+    cost_wide_model=(512, 6, 1376, 32_000),
     scan_megabytes=100.0, scan_subjects=(1, 100), scan_large_megabytes=1000.0, scan_shards=8,
     pipeline_timeout_s=600.0,
     wrk_seconds=15, wrk_connections=8, gunicorn_workers=2, audit_events=1_000_000,

@@ -272,6 +272,10 @@ def test_the_wider_model_of_the_step_cost_keeps_the_base_tokenizer_and_takes_the
     assert model.config.vocab_size == base.config.vocab_size and parameters == model.num_parameters()
     text = "Where does Ada Lovelace live?"
     assert tokenizer(text)["input_ids"] == base_tokenizer(text)["input_ids"]
+    larger, _ = wide_model(tiny_assets, (64, 3, 96, base.config.vocab_size + 500), tmp_path / "larger")
+    assert load_model(larger, device="cpu")[0].config.vocab_size == base.config.vocab_size + 500
+    with pytest.raises(ValueError, match="vocabulary"):
+        wide_model(tiny_assets, (64, 3, 96, 10), tmp_path / "smaller")
 
 
 def test_the_cost_table_gives_the_wider_models_rows_beside_the_demos() -> None:
@@ -279,11 +283,13 @@ def test_the_cost_table_gives_the_wider_models_rows_beside_the_demos() -> None:
 
     cost = {"step_time": {"ratios": {"asu_cached_kl": 1.12}, "per_step_s": {"asu_cached_kl": 0.038, "plain": 0.034},
                           "wide_model": {"hidden_size": 512, "layers": 6, "parameters": 20_027_904,
+                                         "vocabulary": 32_000,
                                          "ratios": {"asu_cached_kl": 1.03},
                                          "per_step_s": {"asu_cached_kl": 0.55, "plain": 0.534}}}}
     md = "\n".join(_cost(cost))
     assert ("| ASU step (cached teacher, KL retain: the default) / plain fine-tuning step, on a wider model "
-            "(width 512, 6 layers, 20.0M parameters, random weights) | 1.030 | <= 1.05 | 0.5500 s vs 0.5340 s |") in md
+            "(width 512, 6 layers, vocabulary 32,000, 20.0M parameters, random weights) | 1.030 | <= 1.05 | "
+            "0.5500 s vs 0.5340 s |") in md
     assert "cached teacher, GD retain" not in md  # a row not measured is left out
 
 

@@ -538,8 +538,9 @@ def test_a_refreshed_lens_is_fitted_again_on_the_model_being_trained(tiny_corpus
     original_readings = asu.lens_readings
     read_by: dict[int, object] = {}  # id(readings) -> the lens that read them
 
-    def spy_readings(cached, lens):
-        out = original_readings(cached, lens)
+    def spy_readings(cached, lens, **kwargs):
+        assert kwargs["topk"] == 0  # a vocabulary of the tiny model's size is read whole
+        out = original_readings(cached, lens, **kwargs)
         read_by[id(out)] = lens
         return out
 
@@ -760,3 +761,44 @@ def test_span_median_targets_take_each_span_from_one_strangers_copy_and_the_rest
             assert matches, (number, t, source)  # never a blend of strangers
             chosen_other += 0 not in matches
     assert chosen_other > 0  # some span took another stranger's rows than the first's
+
+
+def test_a_large_vocabularys_lens_is_read_over_a_few_columns_and_the_subjects_own_tokens(
+    tiny_corpus_dir, tiny_base_model_dir, monkeypatch,
+):
+    # The whole-vocabulary lens took a sixth of an ASU step on a 32,000-token model (docs/methods.md).
+    import unlearning.methods.asu as asu
+    from unlearning.methods.targets import LensColumns
+
+    sets = build_sets(load_corpus(tiny_corpus_dir / "corpus.jsonl"), [_subject(tiny_corpus_dir, 1)])
+    full = method_input(sets)
+    data = MethodInput(forget=full.forget, retain=full.retain[: 2 * len(full.forget)], subjects=full.subjects,
+                       record_subjects=full.record_subjects, probes=full.probes, name_pool=full.name_pool)
+    original_readings, original_loss = asu.lens_readings, asu.latent_loss
+    read: list[dict] = []
+    losses: list[float] = []
+
+    def spy_readings(cached, lens, **kwargs):
+        out = original_readings(cached, lens, **kwargs)
+        read.append(out)
+        return out
+
+    def spy_loss(hidden_states, cached, lens=None, readings=None):
+        loss = original_loss(hidden_states, cached, lens, readings)
+        losses.append(float(loss.detach()))
+        return loss
+
+    monkeypatch.setattr(asu, "FULL_VOCABULARY_UP_TO", 16)  # the tiny model's vocabulary counts as large
+    monkeypatch.setattr(asu, "lens_readings", spy_readings)
+    monkeypatch.setattr(asu, "latent_loss", spy_loss)
+    torch.manual_seed(0)
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    tokenizer.padding_side = "right"
+    hp = resolve_hparams("asu", {"steps": 6, "told_answers": False, "latent_weight": 1.0, "lens_topk": 8},
+                         model, subjects=1)
+    ASU().unlearn(model, tokenizer, data, hp)
+    readings = [r for batch in read if batch for r in batch.values()]
+    assert readings and all(isinstance(r, LensColumns) and r.columns.shape[1] == 9 for r in readings)
+    assert len(losses) == 6 and all(math.isfinite(x) for x in losses) and max(losses) > 0
+    with pytest.raises(ValueError, match="lens_topk"):
+        resolve_hparams("asu", {"lens_topk": -1}, torch.nn.Linear(2, 2), subjects=1)

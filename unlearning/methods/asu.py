@@ -66,6 +66,8 @@ from unlearning.methods.base import (
     parameter_count,
 )
 from unlearning.methods.targets import (
+    FULL_VOCABULARY_UP_TO,
+    LENS_TOPK,
     RecordTarget,
     TeacherSettings,
     batch_states,
@@ -156,6 +158,11 @@ class ASUHparams(TrainingHparams):
     # (0: never): a lens fixed at the start can be satisfied by moving what a state says out of
     # its sight, where a lens fitted on the result (the verifier's) still reads it.
     lens_refresh: int = 0
+    # Where the vocabulary is larger than `targets.FULL_VOCABULARY_UP_TO` tokens, the latent loss
+    # compares the two lens readings over each position's `lens_topk` likeliest tokens of the
+    # stranger's reading and the token that follows (`targets.lens_readings`); 0: the whole
+    # vocabulary always.  A smaller vocabulary is read whole, as the teacher cache keeps it.
+    lens_topk: int = LENS_TOPK
     # Also anchor retained records retold about strangers (`targets.retain_strangers`) at the
     # model's own prediction for them: what the model says about a stranger stays put, so a
     # refreshed teacher cannot follow the student below it.
@@ -210,6 +217,8 @@ def _check(hp: ASUHparams) -> None:
         raise ValueError("teacher_refresh must be 0 (never) or a number of steps")
     if hp.lens_refresh < 0:
         raise ValueError("lens_refresh must be 0 (never) or a number of steps")
+    if hp.lens_topk < 0:
+        raise ValueError("lens_topk must be 0 (the whole vocabulary) or a number of tokens")
     if not hp.tau > 0:
         raise ValueError("tau must be positive")
     if hp.latent_readout not in ("lens", "state"):
@@ -302,8 +311,18 @@ class ASU:
         lens = (fit_lens(model, tokenizer, retain_examples)
                 if hp.latent_weight > 0 and hp.latent_readout == "lens" else None)
         # The lens's reading of the cached states is the same at every step: read once.
-        readings = [lens_readings(states, lens) if states is not None and lens is not None else None
-                    for states in cached_states]
+        head = model.get_output_embeddings()  # type: ignore[operator]
+        vocabulary = int(head.weight.shape[0]) if isinstance(getattr(head, "weight", None), torch.Tensor) else 0
+        lens_topk = hp.lens_topk if vocabulary > FULL_VOCABULARY_UP_TO else 0
+        follows = [None if states is None else b.input_ids[states[0], states[1] + 1]
+                   for b, states in zip(forget_batches, cached_states, strict=True)]
+
+        def read_all(lens: Any) -> list[Any]:
+            return [lens_readings(states, lens, topk=lens_topk, next_ids=after)
+                    if states is not None and lens is not None else None
+                    for states, after in zip(cached_states, follows, strict=True)]
+
+        readings = read_all(lens)
         trained = _with_lora(model, hp)
 
         def step_loss(step: int, forget_batch: Batch, retain_batch: Batch) -> torch.Tensor:
@@ -352,8 +371,7 @@ class ASU:
                 with torch.no_grad():
                     lens = fit_lens(trained, tokenizer, retain_examples) or lens
                 # The stranger's states read by the lens now in use, as the student's are.
-                readings = [lens_readings(states, lens) if states is not None else None
-                            for states in cached_states]
+                readings = read_all(lens)
                 trained.train()
             if not hp.teacher_refresh or not step or step % hp.teacher_refresh:
                 return
