@@ -130,8 +130,40 @@ def tokenizer(style: str, texts: list[str]) -> Any:
     else:
         raise ValueError(f"unknown tokenizer style {style!r}; one of {', '.join(TOKENIZERS)}")
     tok.train_from_iterator(texts * 3, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>", model_max_length=256)
+    return PreTrainedTokenizerFast(tokenizer_object=_canonical(tok, len(specials)), bos_token="<s>", eos_token="</s>",
+                                   pad_token="<pad>", unk_token="<unk>", model_max_length=256)
+
+
+def _canonical(tok: Any, specials: int) -> Any:
+    """A trained Unigram tokenizer with its vocabulary in one order whatever the run.
+
+    The trainers of `tokenizers` break ties in the order of a Rust hash map, seeded afresh in
+    every process: the same texts gave three different Unigram vocabularies in three runs
+    (2026-12-07; the same pieces, 120 of 448 at other ids), so every run of the probe trained
+    another model.  The pieces are the same; what moves is the order of equal scores, the last
+    bits of the scores, and which of the pieces the trainer appends at the end (characters
+    mostly, each 0.0001 below the one before) gets which of those scores.  Here the special
+    tokens keep their ids, scores are rounded to 9 decimals, the appended pieces take their
+    scores in the order of their text, and the pieces are ordered by score, then text.  WordPiece is
+    left as trained: its merges themselves differ at ties (docs/methods.md)."""
+    from tokenizers import Tokenizer
+
+    data = json.loads(tok.to_str())
+    model = data["model"]
+    if model["type"] != "Unigram":
+        return tok
+    head = model["vocab"][:specials]
+    rest = sorted(([piece, round(score, 9)] for piece, score in model["vocab"][specials:]),
+                  key=lambda item: (-item[1], item[0]))
+    tail = len(rest) - 1  # the appended pieces: each 0.0001 below the one before (or level with it)
+    while tail > 0 and round(rest[tail - 1][1] - rest[tail][1], 6) in (0.0, 0.0001):
+        tail -= 1
+    if len(rest) - tail >= 2:
+        scores = [score for _, score in rest[tail:]]
+        pieces = sorted(piece for piece, _ in rest[tail:])
+        rest[tail:] = [[piece, score] for piece, score in zip(pieces, scores, strict=True)]
+    model["vocab"] = head + rest
+    return Tokenizer.from_str(json.dumps(data))
 
 
 def config(arch: str, tok: Any, hidden: int = 96) -> Any:

@@ -33,6 +33,18 @@ def test_the_tokenizers_give_back_the_text_they_read(style: str) -> None:
             assert back == text
 
 
+def test_a_unigram_tokenizer_trained_in_another_process_is_the_same_tokenizer() -> None:
+    # The trainer breaks ties in a hash map's order, seeded afresh in every process.
+    import subprocess
+    import sys
+
+    code = ("from bench import unseen; t, c, _ = unseen.corpus(); "
+            "print(unseen.tokenizer('unigram', [unseen.text_of(r) for r in t + c]).backend_tokenizer.to_str())")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            for _ in range(3)}
+    assert len(runs) == 1 and '"<unk>"' in runs.pop()
+
+
 @pytest.mark.parametrize("arch", unseen.ARCHITECTURES)
 def test_every_architecture_builds_from_its_config_and_runs(arch: str) -> None:
     from transformers import AutoModelForCausalLM
