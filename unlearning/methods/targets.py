@@ -1092,10 +1092,14 @@ class Lens:
     layers: dict[int, torch.Tensor]  # hidden_states index -> (hidden + 1, hidden) translator
     head: nn.Module  # a frozen copy of the model's output head
 
+    @staticmethod
+    def _translated(states: torch.Tensor, translator: torch.Tensor) -> torch.Tensor:
+        """The states mapped to what the head reads: ``[h, 1] @ translator``."""
+        return torch.cat([states, states.new_ones(len(states), 1)], dim=1) @ translator.to(states.device)
+
     def read(self, states: torch.Tensor, translator: torch.Tensor) -> torch.Tensor:
         weight = next(self.head.parameters())
-        translated = torch.cat([states, states.new_ones(len(states), 1)], dim=1) @ translator.to(states.device)
-        logits: torch.Tensor = self.head(translated.to(dtype=weight.dtype))
+        logits: torch.Tensor = self.head(self._translated(states, translator).to(dtype=weight.dtype))
         return logits.float()
 
     @property
@@ -1110,9 +1114,8 @@ class Lens:
         linear = getattr(self.head, "head", self.head)
         readout = getattr(self.head, "readout", None)
         assert isinstance(linear, nn.Linear)
-        translated = torch.cat([states, states.new_ones(len(states), 1)], dim=1) @ translator.to(states.device)
         asked, where = torch.unique(columns, return_inverse=True)
-        logits = translated.to(dtype=linear.weight.dtype) @ linear.weight[asked].T
+        logits = self._translated(states, translator).to(dtype=linear.weight.dtype) @ linear.weight[asked].T
         if linear.bias is not None:
             logits = logits + linear.bias[asked]
         picked = logits.gather(-1, where)
