@@ -55,7 +55,7 @@ ARCHITECTURES = ("qwen3", "stablelm", "phi3", "gpt_bigcode", "gemma", "gptj", "m
                  "recurrent_gemma", "qwen2", "bloom", "mpt", "falcon", "gemma2", "gpt_neo", "cohere", "granite",
                  "olmo2", "qwen3_moe", "gpt_oss", "deepseek_v3", "xglm", "lfm2", "rwkv", "falcon_h1")
 METHODS = ("asu", "kif")
-TOKENIZERS = ("unigram", "wordpiece")
+TOKENIZERS = ("unigram", "wordpiece", "sentencepiece")
 PEOPLE, CONTROLS, SUBJECT = 24, 6, 3
 
 
@@ -108,12 +108,15 @@ def text_of(record: dict[str, str]) -> str:
 
 
 def tokenizer(style: str, texts: list[str]) -> Any:
-    """A tokenizer of `style` trained on `texts`: `unigram` (SentencePiece-like, Metaspace) or
-    `wordpiece` (BERT-like: lower-cases, so the model never sees a name's capitals)."""
+    """A tokenizer of `style` trained on `texts`: `unigram` (SentencePiece-like, Metaspace),
+    `wordpiece` (BERT-like: lower-cases, so the model never sees a name's capitals) or
+    `sentencepiece` (Llama 2's layout, `_sentencepiece_bpe`)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    if style == "sentencepiece":
+        return _sentencepiece_bpe(texts, specials)
     if style == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="<unk>"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=False)
@@ -134,6 +137,43 @@ def tokenizer(style: str, texts: list[str]) -> Any:
                                    pad_token="<pad>", unk_token="<unk>", model_max_length=256)
 
 
+def _sentencepiece_bpe(texts: list[str], specials: list[str]) -> Any:
+    """Llama 2's tokenizer.json layout: a normaliser that writes a word boundary before every
+    input and for every space, no pre-tokenizer, a BPE with byte fallback (the 256 byte tokens
+    after the specials) and letters outside the 60 commonest left to bytes (a name's "ö" is
+    two byte tokens).  The merges are learnt within words, as SentencePiece learns them.  A
+    text encoded alone starts with a boundary that the same text after other text lacks
+    (`prompting.tokenize_after`)."""
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+    from transformers import PreTrainedTokenizerFast
+
+    learner = Tokenizer(models.BPE(unk_token="<unk>"))
+    learner.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always", split=True)
+    learner.train_from_iterator(texts * 3, trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+                                                               limit_alphabet=60, show_progress=False))
+    learnt = json.loads(learner.to_str())["model"]
+    vocab = {token: i for i, token in enumerate(specials)}
+    vocab.update({f"<0x{b:02X}>": len(specials) + b for b in range(256)})
+    for token in sorted(learnt["vocab"], key=learnt["vocab"].get):
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learnt["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>", model_max_length=256)
+
+
 def _canonical(tok: Any, specials: int) -> Any:
     """A trained Unigram tokenizer with its vocabulary in one order whatever the run.
 
@@ -144,8 +184,9 @@ def _canonical(tok: Any, specials: int) -> Any:
     bits of the scores, and which of the pieces the trainer appends at the end (characters
     mostly, each 0.0001 below the one before) gets which of those scores.  Here the special
     tokens keep their ids, scores are rounded to 9 decimals, the appended pieces take their
-    scores in the order of their text, and the pieces are ordered by score, then text.  WordPiece is
-    left as trained: its merges themselves differ at ties (docs/methods.md)."""
+    scores in the order of their text, and the pieces are ordered by score, then text.  WordPiece and
+    the BPE of `sentencepiece` are left as trained: their merges themselves differ at ties
+    (docs/methods.md)."""
     from tokenizers import Tokenizer
 
     data = json.loads(tok.to_str())

@@ -584,6 +584,7 @@ class WordTokens:
     # The marks a vocabulary gives a token that starts a word: byte-level BPE (GPT-2, Qwen,
     # Llama 3) and SentencePiece (Llama 2, Mistral, Gemma).
     WORD_START = ("\u0120", "\u2581")
+    ANCHOR = "a"  # the word each word is encoded after (`ids_of`)
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
@@ -600,14 +601,28 @@ class WordTokens:
         return len(self.ids(word))
 
     def ids_of(self, words: Sequence[str]) -> list[tuple[int, ...]]:
-        """The tokens of each of `words`, encoded in one batch where the tokenizer can."""
+        """The tokens of each of `words` as it follows another word in a text, encoded in one
+        batch where the tokenizer can.
+
+        Each is encoded after `ANCHOR` and the anchor's own tokens cut off: a tokenizer that
+        writes a word boundary before every input (Llama 2's) gives " Word" alone a lone
+        boundary token that no text has (`prompting.tokenize_after`).  Where the anchor's
+        tokens are not the start (a merge across the space), the word is encoded alone."""
         todo = [w for w in dict.fromkeys(words) if w not in self._ids]
         if todo:
-            encoded = self.tokenizer([" " + w for w in todo], add_special_tokens=False)
-            batch = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-            for word, ids in zip(todo, batch, strict=True):
-                self._ids[word] = tuple(ids)
+            head = tuple(self._encode([self.ANCHOR])[0])
+            batch = self._encode([f"{self.ANCHOR} {w}" for w in todo])
+            for word, encoded in zip(todo, batch, strict=True):
+                ids = tuple(encoded)
+                if ids[: len(head)] == head and len(ids) > len(head):
+                    self._ids[word] = ids[len(head):]
+                else:
+                    self._ids[word] = tuple(self._encode([" " + word])[0])
         return [self._ids[w] for w in words]
+
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        encoded = self.tokenizer(texts, add_special_tokens=False)
+        return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 
     def whole_words(self, keep: Callable[[str], bool]) -> list[str]:
         """The words (`keep` says which) that the vocabulary holds as one token starting a

@@ -214,12 +214,19 @@ class _Builder:
     learnt: list[bool] = field(default_factory=list)
     offsets: list[tuple[int, int]] = field(default_factory=list)
     text: str = ""
+    joined: bool = True  # the last thing added was text (the next text continues its string)
 
     def add_text(self, text: str, *, learnt: bool, special: bool = False) -> None:
-        """Tokenise `text` on its own and append it (`special`: let the tokenizer add BOS)."""
+        """Tokenise `text` as it follows the text so far and append it (`special`: it opens the
+        sequence, and the tokenizer adds its BOS).  After a token added by id (`add_token`) the
+        text is encoded on its own: what follows an eos is not the same string's continuation."""
         if not text and not special:
             return
-        ids, offsets = tokenize_text(self.tokenizer, text, special=special)
+        if self.text and not special and self.joined:
+            ids, offsets = tokenize_after(self.tokenizer, self.text, text)
+        else:
+            ids, offsets = tokenize_text(self.tokenizer, text, special=special)
+        self.joined = True
         base = len(self.text)
         for token, (start, end) in zip(ids, offsets, strict=True):
             self.ids.append(int(token))
@@ -231,6 +238,7 @@ class _Builder:
     def add_token(self, token_id: int | None, *, learnt: bool) -> None:
         if token_id is None:
             return
+        self.joined = False
         self.ids.append(int(token_id))
         self.learnt.append(learnt)
         self.offsets.append((len(self.text), len(self.text)))
@@ -256,6 +264,32 @@ def tokenize_text(tokenizer: Any, text: str, *, special: bool = False) -> tuple[
     encoded = tokenizer(text, add_special_tokens=special, return_offsets_mapping=True)
     return ([int(i) for i in encoded["input_ids"]],
             [(int(start), int(end)) for start, end in encoded["offset_mapping"]])
+
+
+def tokenize_after(tokenizer: Any, before: str, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids of `text`, and their character offsets in `text`, as the tokenizer encodes
+    `text` where it follows `before` in one string.
+
+    A tokenizer may encode a text alone unlike the same text after other text.  One that
+    writes a word boundary before every input (a SentencePiece tokenizer with a dummy prefix,
+    as Llama 2's and Mistral's first), given " Paris" alone, gives a lone boundary token
+    and then the word, where "Answer: Paris" ends in the word with its boundary: a model
+    trained on whole texts never saw the lone token, and every answer, value and
+    continuation read that way would start with a token it never predicts.  So: where the
+    encoding of `before` is the start of the encoding of `before + text`, the rest is
+    `text`'s; where the two differ there (a merge across the boundary), `text` is encoded
+    alone."""
+    if not before or not text:
+        return tokenize_text(tokenizer, text)
+    head, _ = tokenize_text(tokenizer, before)
+    ids, offsets = tokenize_text(tokenizer, before + text)
+    n, cut = len(head), len(before)
+    if ids[:n] != head or len(ids) == n:
+        return tokenize_text(tokenizer, text)
+    tail = offsets[n:]
+    if any(start < cut and end > start for start, end in tail):
+        return tokenize_text(tokenizer, text)  # a token of the rest begins inside `before`
+    return ids[n:], [(max(start - cut, 0), max(end - cut, 0)) for start, end in tail]
 
 
 def _eos(tokenizer: Any) -> int | None:
@@ -325,6 +359,7 @@ class _RenderMemo:
         self.template = template
         self.entries: dict[tuple[Any, ...], tuple[int, ...]] = {}
         self.examples: dict[tuple[Any, ...], Example] = {}
+        self.texts: dict[tuple[Any, ...], str] = {}  # rendered generation prompts (`_template_encoding`)
 
     @classmethod
     def of(cls, tokenizer: Any) -> _RenderMemo:
@@ -536,10 +571,7 @@ def chat_prefix_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[
     fmt = format_of(tokenizer)
     if fmt.kind == "chat":
         return _template_ids(tokenizer, messages, generation=True)
-    builder = _Builder(tokenizer)
-    _plain_turns(builder, fmt, messages)
-    builder.add_text(fmt.assistant_prefix, learnt=False, special=not messages)
-    return list(builder.ids)
+    return chat_prefix_encoding(tokenizer, messages)[0]
 
 
 def encode_qa(tokenizer: Any, question: str, answer: str, *, record_id: str = "") -> Example:
@@ -625,12 +657,17 @@ def _encode_record(tokenizer: Any, record: Any, record_id: str) -> Example:
 
 def prompt_ids(tokenizer: Any, question: str) -> list[int]:
     """A question ready to be answered (chat template with generation prompt, or plain)."""
+    return prompt_encoding(tokenizer, question)[0]
+
+
+def prompt_encoding(tokenizer: Any, question: str) -> tuple[list[int], str]:
+    """`prompt_ids` and the text they encode (what an answer's tokens follow: `tokenize_after`)."""
     fmt = format_of(tokenizer)
     if fmt.kind == "chat":
-        return _template_ids(tokenizer, [{"role": "user", "content": question}], generation=True)
+        return _template_encoding(tokenizer, [{"role": "user", "content": question}])
     builder = _Builder(tokenizer)
     builder.add_text(fmt.question_template.format(question=question), learnt=False, special=True)
-    return list(builder.ids)
+    return list(builder.ids), builder.text
 
 
 def chat_prompt_ids(tokenizer: Any, question: str) -> list[int]:
@@ -647,13 +684,43 @@ def continuation_ids(tokenizer: Any, prefix: str) -> list[int]:
 
 def answer_prefix_ids(tokenizer: Any, question: str, partial_answer: str) -> list[int]:
     """A question and the beginning of its answer, to be continued (the cloze of a QA record)."""
+    return answer_prefix_encoding(tokenizer, question, partial_answer)[0]
+
+
+def answer_prefix_encoding(tokenizer: Any, question: str, partial_answer: str) -> tuple[list[int], str]:
+    """`answer_prefix_ids` and the text they encode."""
     fmt = format_of(tokenizer)
-    ids = prompt_ids(tokenizer, question)
-    if fmt.kind == "plain":
-        text = fmt.answer_prefix + partial_answer
-    else:
-        text = partial_answer
-    return ids + tokenize_text(tokenizer, text)[0]
+    ids, before = prompt_encoding(tokenizer, question)
+    text = fmt.answer_prefix + partial_answer if fmt.kind == "plain" else partial_answer
+    return ids + tokenize_after(tokenizer, before, text)[0], before + text
+
+
+def chat_prefix_encoding(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[list[int], str]:
+    """`chat_prefix_ids` and the text they encode."""
+    fmt = format_of(tokenizer)
+    if fmt.kind == "chat":
+        return _template_encoding(tokenizer, messages)
+    builder = _Builder(tokenizer)
+    _plain_turns(builder, fmt, messages)
+    builder.add_text(fmt.assistant_prefix, learnt=False, special=not messages)
+    return list(builder.ids), builder.text
+
+
+def _template_encoding(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[list[int], str]:
+    """A conversation through the template with the generation prompt: its ids (`_template_ids`,
+    remembered) and the rendered text."""
+    ids = _template_ids(tokenizer, messages, generation=True)
+    turns = _for_template(tokenizer, messages)
+    memo = _RenderMemo.of(tokenizer)
+    key = _RenderMemo.key(turns, True)
+    if key is not None and (known := memo.texts.get(key)) is not None:
+        return ids, known
+    text = _apply(tokenizer, turns, generation=True, tokenize=False, record_id="")
+    if key is not None:
+        if len(memo.texts) >= memo.LIMIT:
+            memo.texts.clear()
+        memo.texts[key] = text
+    return ids, text
 
 
 def text_ids(tokenizer: Any, text: str) -> list[int]:

@@ -35,18 +35,20 @@ from unlearning.modeling import (
 from unlearning.probes import CLOZE_INSTRUCTION, Probe
 from unlearning.prompting import (
     Example,
-    answer_prefix_ids,
-    chat_prefix_ids,
+    answer_prefix_encoding,
+    chat_prefix_encoding,
     continuation_ids,
     pad_id_of,
+    prompt_encoding,
     prompt_ids,
     text_ids,
+    tokenize_after,
 )
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "CLOZE_INSTRUCTION", "TokenScores", "continuation_states", "generate_texts", "probe_ids",
+    "CLOZE_INSTRUCTION", "TokenScores", "continuation_states", "generate_texts", "probe_encoding", "probe_ids",
     "question_ids", "score_continuations", "score_examples", "text_ids",
 ]
 
@@ -57,16 +59,23 @@ def question_ids(tokenizer: Any, question: str) -> list[int]:
 
 def probe_ids(tokenizer: Any, probe: Probe) -> list[int]:
     """The token ids of a probe's prompt, laid out as its form says."""
+    return probe_encoding(tokenizer, probe)[0]
+
+
+def probe_encoding(tokenizer: Any, probe: Probe) -> tuple[list[int], str]:
+    """`probe_ids` and the text they encode: what an answer or a value read after the prompt
+    follows (`tokenize_after`), so it is encoded as the model met it in whole texts."""
     if probe.form == "text":
-        return continuation_ids(tokenizer, probe.prompt)
+        return continuation_ids(tokenizer, probe.prompt), probe.prompt
     if probe.form == "answer":
-        return answer_prefix_ids(tokenizer, probe.prompt, probe.prefix)
+        return answer_prefix_encoding(tokenizer, probe.prompt, probe.prefix)
     if probe.form == "chat":
-        ids = chat_prefix_ids(tokenizer, json.loads(probe.prompt))
+        ids, text = chat_prefix_encoding(tokenizer, json.loads(probe.prompt))
         if probe.prefix:
-            ids += text_ids(tokenizer, probe.prefix)
-        return ids
-    return prompt_ids(tokenizer, probe.prompt)
+            ids = ids + tokenize_after(tokenizer, text, probe.prefix)[0]
+            text += probe.prefix
+        return ids, text
+    return prompt_encoding(tokenizer, probe.prompt)
 
 
 def _batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

@@ -40,7 +40,7 @@ from unlearning.logits import ReadoutHead, readout_of
 from unlearning.modeling import check_same_tokenizer, default_device, load_model, whole_tokens
 from unlearning.probes import Probe
 from unlearning.progress import ProgressCallback, ProgressTracker
-from unlearning.prompting import encode_record, text_ids
+from unlearning.prompting import encode_record, text_ids, tokenize_after
 from unlearning.text import word_regex
 
 from .attacks.prompt_pressure import pressure_probes
@@ -58,6 +58,7 @@ from .generation import (
     TokenScores,
     continuation_states,
     generate_texts,
+    probe_encoding,
     probe_ids,
     readout_head,
     score_continuations,
@@ -190,11 +191,13 @@ def _fact_pairs(loaded: _Loaded, facts: Sequence[Fact]) -> _FactPairs:
     tok = loaded.tokenizer
     pairs = _FactPairs([], [], [], [], [])
     for number, fact in enumerate(facts):
-        pairs.contexts.append(probe_ids(tok, fact.context))
-        a = text_ids(tok, fact.joiner + fact.true)
+        # Each value as it follows its context in one text (`tokenize_after`), as it was trained.
+        context, before = probe_encoding(tok, fact.context)
+        pairs.contexts.append(context)
+        a = tokenize_after(tok, before, fact.joiner + fact.true)[0]
         pairs.true.append(a)
         for other in fact.perturbed:
-            b = text_ids(tok, fact.joiner + other)
+            b = tokenize_after(tok, before, fact.joiner + other)[0]
             k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
             if k is None:
                 continue  # one is a prefix of the other: nothing to compare
@@ -677,14 +680,15 @@ class _Heard:
 def _heard(scorer: _Loaded, probes: Sequence[Probe], answers: Sequence[str], s: VerifySettings) -> _Heard:
     asked = [(p, a) for p, a in zip(probes, answers, strict=True) if p.form in ANSWERING_FORMS]
     tok = scorer.tokenizer
-    # The answer's bare token ids (`text_ids`), with their character offsets.
-    encoded = [tok(" " + a, add_special_tokens=False, return_offsets_mapping=True) for _, a in asked]
+    # The answer's token ids as they follow the prompt (`tokenize_after`), with their character
+    # offsets in " " + answer.
+    prompts = [probe_encoding(tok, p) for p, _ in asked]
+    encoded = [tokenize_after(tok, before, " " + a) for (_, before), (_, a) in zip(prompts, asked, strict=True)]
     scores = score_continuations(
-        scorer.model, tok, [(probe_ids(tok, p), [int(i) for i in e["input_ids"]]) for (p, _), e in zip(asked, encoded, strict=True)],
+        scorer.model, tok, [(ids, answer_ids) for (ids, _), (answer_ids, _) in zip(prompts, encoded, strict=True)],
         batch_size=s.batch_size)
-    content = [content_scores(score, [tuple(o) for o in e["offset_mapping"]],
-                              copied_names(" " + answer, f"{probe.prompt}\n{probe.prefix}"))
-               for (probe, answer), e, score in zip(asked, encoded, scores, strict=True)]
+    content = [content_scores(score, offsets, copied_names(" " + answer, f"{probe.prompt}\n{probe.prefix}"))
+               for (probe, answer), (_, offsets), score in zip(asked, encoded, scores, strict=True)]
     return _Heard(tuple(a for _, a in asked), tuple(scores), tuple(content))
 
 
