@@ -408,8 +408,10 @@ class FreshNames:
             written = {w.casefold() for w in parts.words}
             taken = parts.seen | self.avoid
             starts = {w[:n] for w in taken for n in range(3, len(w) + 1)}
+            # `_NOT_NAMES` is written capitalised, as the vocabulary's words are (a casefolded
+            # look-up there matched none of them: "What" became a stranger's first name).
             cache[key] = [w for w in tokens.vocabulary_words() if (f := w.casefold()) not in written
-                          and f not in starts and f not in _NOT_NAMES]
+                          and f not in starts and w not in _NOT_NAMES]
         return cache[key]
 
     def vocabulary_values(self, like: str, kind: str) -> list[str]:

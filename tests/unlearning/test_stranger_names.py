@@ -259,6 +259,21 @@ def test_a_stranger_for_a_name_no_record_writes_is_a_one_token_word_no_record_wr
     assert not any("alden".startswith(w.casefold()) or w.casefold().startswith("ald") for w in matched)
 
 
+
+def test_a_question_word_or_a_street_word_the_vocabulary_holds_is_no_strangers_name() -> None:
+    # Capitalised vocabulary words that no record writes are name candidates, but not the
+    # words that open questions or name streets and firms (`_NOT_NAMES`): "What Rahim" is no name.
+    others = [("Brenna", "Fairlie"), ("Osric", "Tallow"), ("Maelis", "Corrib"), ("Dunstan", "Vell")]
+    unwritten = ["Corvin", "Tamsin", "Halder"]
+    not_names = ["What", "Which", "Street", "Bakery"]
+    records = [Record(id=f"{a}{k}", text=f"{a} {b} wrote to {a} {b} again.") for a, b in others for k in range(3)]
+    tokenizer = _word_tokenizer(["Alden", "Ashgrove"] + [w for pair in others for w in pair] + unwritten + not_names)
+    names = FreshNames(pool=name_parts_of(records), avoid=avoid_set([Subject("Alden Ashgrove")]), seed="q")
+    matched = {names.with_tokenizer(tokenizer).part("Alden", f"k{k}", "first") for k in range(40)}
+    assert matched & set(unwritten)
+    assert not matched & set(not_names)
+
+
 _WORDISH = st.text(alphabet="aAbB_1 .-'\u212a\u017fkKsS\u00e9\u0130i", max_size=12)
 
 
