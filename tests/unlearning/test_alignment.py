@@ -74,6 +74,22 @@ def test_an_email_address_aligns_at_its_at_sign_and_keeps_its_domain_token_for_t
     assert alignment.tokens[7] == (9, False)
 
 
+def test_a_token_of_the_copy_that_runs_across_words_is_shared_by_the_subjects_tokens_of_those_words() -> None:
+    """The stranger's ".1" is one token where the subject writes "." and "3": the subject's
+    "3" takes its share of ".1" (it had no token of its own word to learn from, fell back to
+    the tempered teacher and kept the memorised digit), and the "@" and the domain still
+    line up token for token."""
+    mine = _example(["Mail", " n", "gozi", ".", "3", "@", "dyn", ".", "net", " now"])
+    theirs = _example(["Mail", " h", "alima", ".1", "@", "dyn", ".", "net", " now"])
+    alignment = align(mine, theirs, {"ngozi.3@dyn.net": "halima.1@dyn.net"})
+    assert alignment is not None
+    assert [alignment.tokens[i] for i in (1, 2)] == [(1, True), (2, True)]
+    assert alignment.tokens[3] == (3, True) and alignment.tokens[4] == (3, True)  # "." and "3" -> ".1"
+    assert alignment.pieces[3] == alignment.pieces[4] == ((3,), 0.5)  # its log-probability shared
+    assert [alignment.tokens[i] for i in (5, 6, 7, 8)] == [(4, True), (5, True), (6, True), (7, True)]
+    assert alignment.tokens[9] == (8, False)
+
+
 def test_a_hyphenated_name_against_a_plain_one_still_aligns_word_by_word() -> None:
     mine = _example(["Ask", " Jean", "-", "Luc", " Moreau", " now"])
     theirs = _example(["Ask", " Hugo", " N", "iel", "sen", " now"])
