@@ -361,19 +361,37 @@ class FreshNames:
         if len(same) >= 8:
             return same
         target = self._familiarity(like)
-        scored: list[tuple[int, str]] = []
-        taken: set[str] = set()
         candidates = (*self._seen_like(role), *self._vocabulary_like())
         tokens.ids_of([_same_case(like, word) for word in candidates])
+        emails = self._parts.email_parts
+        scored: list[tuple[int, str]] = []
+        if like.casefold() not in emails:
+            # No address the model read is written from the subject's name, so none of the
+            # stranger's may be either: with "halima.2@..." memorised, a stranger named Halima
+            # had an address the model completes with certainty, and the subject's address
+            # (written from a name no address shows) was taught to stay as likely
+            # (measured 2026-12-07, docs/methods.md).  Kept only where 8 remain.
+            scored = self._scored(like, wanted, target, [w for w in candidates if w.casefold() not in emails])
+        if len(scored) < 8:
+            scored = self._scored(like, wanted, target, candidates)
+        if len(scored) < 8:
+            return unseen
+        limit = sorted(cost for cost, _ in scored)[7]
+        return [word for cost, word in scored if cost <= limit]
+
+    def _scored(self, like: str, wanted: int, target: tuple[int, ...],
+                candidates: Sequence[str]) -> list[tuple[int, str]]:
+        """(familiarity cost, word) of the `candidates` of `wanted` tokens (`_find_same_tokens`)."""
+        tokens = self.tokens
+        assert tokens is not None
+        scored: list[tuple[int, str]] = []
+        taken: set[str] = set()
         for word in candidates:
             if word.casefold() in taken or tokens.count(_same_case(like, word)) != wanted:
                 continue
             taken.add(word.casefold())
             scored.append((_familiarity_cost(target, self._familiarity(_same_case(like, word))), word))
-        if len(scored) < 8:
-            return unseen
-        limit = sorted(cost for cost, _ in scored)[7]
-        return [word for cost, word in scored if cost <= limit]
+        return scored
 
     def _familiarity(self, word: str) -> tuple[int, ...]:
         """How often other people's records write each token of " word", in bands (0, 1-3,
@@ -468,6 +486,7 @@ class _PoolParts:
     email_words: frozenset[str] = frozenset()  # words many e-mail local parts write, casefolded
     words: Mapping[str, int] = field(default_factory=dict)  # runs of letters -> occurrences
     written: frozenset[str] = frozenset()  # words with a digit the records write, casefolded
+    email_parts: frozenset[str] = frozenset()  # every word of an e-mail local part, casefolded
     _folded: dict[str, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     def folded_values(self, kind: str) -> frozenset[str]:
@@ -487,6 +506,7 @@ class _PoolParts:
         values: dict[str, list[str]] = {}
         pairs: set[str] = set()
         email_words: set[str] = set()
+        email_parts: set[str] = set()
         words: dict[str, int] = {}
         written: set[str] = set()
         for entry in pool:
@@ -501,6 +521,8 @@ class _PoolParts:
                 values.setdefault(kind, []).append(value)
             elif tag == "emailword":
                 email_words.add(rest)
+            elif tag == "emailpart":
+                email_parts.add(rest)
             elif tag == "written":
                 written.add(rest)
             elif tag == "pair":
@@ -516,7 +538,7 @@ class _PoolParts:
                 seen.add(word.casefold())
         return cls(strict, near, shown, frozenset(seen), tuple(sorted(years)),
                    {k: tuple(v) for k, v in values.items()}, frozenset(pairs), frozenset(email_words), words,
-                   frozenset(written))
+                   frozenset(written), frozenset(email_parts))
 
 
 def _unseen_names(role: str | None) -> tuple[str, ...]:
@@ -687,7 +709,9 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
     ``value:date:22 November 1979`` every date, phone number, number or street address
     that two or more records show (a value people share, see `FreshNames.seen_value`), and
     ``emailword:user`` every word that three or more different e-mail addresses write in
-    their local part (a house style, ``user17.2231@...``: a stranger's address keeps it), and
+    their local part (a house style, ``user17.2231@...``: a stranger's address keeps it),
+    ``emailpart:dana`` every word of any e-mail address's local part (a name other people's
+    addresses are written from: `FreshNames._find_same_tokens`), and
     ``words:12:harbour`` every run of letters the records write, with its number of
     occurrences (how often the model met each token: `FreshNames` matches strangers' name
     parts to the subject's in that too), and ``written:emp-4417`` every word with a digit the
@@ -742,6 +766,7 @@ def name_parts_of(records: Iterable[Record], *, limit: int = 2000) -> list[str]:
             + known + near[:limit] + ever + [f"year:{y}" for y in sorted(years)]
             + [f"value:{k}:{v}" for (k, v), n in sorted(values.items()) if n >= 2][: 5 * limit]
             + [f"emailword:{w}" for w, shown in sorted(email_words.items()) if len(shown) >= 3][:limit]
+            + [f"emailpart:{w}" for w in sorted(email_words)][: 20 * limit]
             + [f"words:{n}:{w}" for w, n in sorted(words.items())]
             + [f"written:{w}" for w in sorted(written)[: 20 * limit]])
 

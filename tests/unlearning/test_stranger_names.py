@@ -203,6 +203,26 @@ def test_with_a_tokenizer_that_learnt_the_subjects_name_a_stranger_gets_parts_of
     assert matched <= {a for a, _ in others} and all(count(w) == 1 for w in matched)
 
 
+def test_a_stranger_for_a_name_no_address_is_written_from_gets_a_name_no_address_is_written_from() -> None:
+    # Half of the other people's e-mail addresses are written from their first names
+    # ("brenna.4@..."), which a model completes from memory; the subject's name is written in
+    # no address, so a stranger named like those would make the subject's own address look
+    # as predictable as a memorised one.
+    others = [("Brenna", "Fairlie"), ("Osric", "Tallow"), ("Maelis", "Corrib"), ("Dunstan", "Vell"),
+              ("Ysolde", "Marrack"), ("Caddoc", "Penhal"), ("Elowen", "Treves"), ("Garvan", "Hollis"),
+              ("Idony", "Skerrow"), ("Jory", "Bascombe"), ("Wenna", "Polglase"), ("Tamsin", "Roskilly"),
+              ("Locryn", "Tregear"), ("Morwen", "Carne"), ("Peder", "Kitto"), ("Senara", "Jago")]
+    mailed = {a for a, _ in others[::2]}
+    records = [Record(id=f"{a}{k}", text=f"{a} {b} wrote to {a} {b} again"
+                      + (f" from {a.lower()}.{k}@mail.example." if a in mailed else "."))
+               for a, b in others for k in range(2)]
+    tokenizer = _word_tokenizer(["Alden", "Ashgrove"] + [w for pair in others for w in pair])
+    names = FreshNames(pool=name_parts_of(records), avoid=avoid_set([Subject("Alden Ashgrove")]), seed="m")
+    matched = {names.with_tokenizer(tokenizer).part("Alden", f"k{k}", "first") for k in range(40)}
+    assert matched <= {a for a, _ in others} and len(matched) >= 3
+    assert not matched & mailed
+
+
 def test_a_value_no_one_else_shows_is_an_identity_a_shared_one_a_value() -> None:
     from unlearning.identifiers import identity_spans
 
