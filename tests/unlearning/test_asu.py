@@ -729,6 +729,36 @@ def test_a_plan_runs_the_tempered_teacher_only_where_no_copy_covers_a_learnt_tok
         assert torch.allclose(target.dist.values, targets[row].dist.values, atol=1e-5)
 
 
+def test_the_latent_targets_hold_the_strangers_states_inside_the_identifying_spans_too(
+    tiny_corpus_dir, tiny_base_model_dir,
+):
+    """A layer that still reads "3" after the subject's "ngozi." is read at the e-mail address's
+    own tokens: with `span_states` the copy's states there are targets as well, without them
+    only the states of tokens outside the spans (the layout of before)."""
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    data = _forget_data(tiny_corpus_dir, 2)
+    records = list(data.forget)
+    subjects = [data.subject_of(r) for r in records]
+    examples = encode_all(tokenizer, records)
+    names = FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects))
+    chosen = {_who(r, s): [f"teacher:0:{_who(r, s)}:0"] for r, s in zip(records, subjects, strict=True)}
+    plans = plan_targets(tokenizer, records, examples, subjects, TeacherSettings(states=True), chosen=chosen,
+                         names=names)
+    inside = outside = 0
+    for span_states in (True, False):
+        settings = TeacherSettings(states=True, span_states=span_states)
+        for plan, target in zip(plans, targets_from_plans(model, tokenizer, examples, plans, settings), strict=True):
+            span_tokens = {i for i, (_, is_span) in plan.alignments[0].tokens.items() if is_span} if plan.copies else set()
+            kept = set(target.state_positions)
+            assert target.states is None or target.states.shape[0] == len(kept)
+            if span_states:
+                inside += len(kept & span_tokens)
+                outside += len(kept - span_tokens)
+            else:
+                assert not kept & span_tokens
+    assert inside > 0 and outside > 0
+
+
 def test_span_median_targets_take_each_span_from_one_strangers_copy_and_the_rest_from_the_first(
     tiny_corpus_dir, tiny_base_model_dir,
 ):

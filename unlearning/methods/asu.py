@@ -130,6 +130,7 @@ class ASUHparams(TrainingHparams):
     retain_weight: float = 1.0
     latent_weight: float = 0.0  # pull the subject's internal states to a stranger's (targets.latent_loss)
     latent_readout: str = "lens"  # "lens": compare what a tuned lens reads off them; "state": the states
+    latent_spans: bool = True  # ... inside the identifying spans as well (`TeacherSettings.span_states`)
     retain_latent_weight: float = 0.0  # keep everyone else's internal states where they were
     told_answers: bool = True  # also train on what the model answers about the subject's stranger
     retain_loss: str = "kl"  # "kl" or "gd"
@@ -257,7 +258,8 @@ class ASU:
         teacher = TeacherSettings(counterfactuals=hp.counterfactuals, candidates=hp.teacher_candidates,
                                   tau=hp.tau, topk=topk,
                                   use_counterfactual=hp.target == "counterfactual", seed=hp.seed,
-                                  states=hp.latent_weight > 0, combine=hp.combine_copies)
+                                  states=hp.latent_weight > 0, span_states=hp.latent_spans,
+                                  combine=hp.combine_copies)
         records = list(data.forget)
         subjects = [data.subject_of(r) for r in records]
         names = FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects))

@@ -125,8 +125,9 @@ class RecordTarget:
 
     `states` (optional, (n, layers, hidden)) are the residual states of the
     counterfactual copy at the aligned positions listed in `state_positions`
-    (those of `positions` outside the identifying spans): the internal state of
-    a model reading about a stranger, for a latent loss.
+    (those of `positions` from the first identifying span on; inside the spans too
+    unless `TeacherSettings.span_states` is off): the internal state of a model
+    reading about a stranger, for a latent loss.
     """
 
     positions: list[int]  # prediction positions t (of token t+1), ascending
@@ -515,6 +516,9 @@ class TeacherSettings:
     counterfactuals: int = 1
     candidates: int = 9  # stranger identities drawn per subject; the most typical ones teach
     states: bool = False  # also keep the copy's residual states (for a latent loss)
+    # ... at the identifying spans' own tokens too: the states inside an e-mail address, where
+    # a layer still reads the memorised rest of it (measured 2026-12-07, docs/methods.md)
+    span_states: bool = True
     tau: float = 2.0
     topk: int | None = 64
     use_counterfactual: bool = True
@@ -558,7 +562,8 @@ class _Layout:
     tempered_slots: torch.Tensor
     tempered_rows: torch.Tensor
     actual: torch.Tensor
-    states: tuple[tuple[int, int], ...]  # (t, j): the first copy's state j stands for the example's at t
+    # (t, j, span): the first copy's state j stands for the example's at t, a span token or not
+    states: tuple[tuple[int, int, bool], ...]
 
 
 def plan_targets(
@@ -670,8 +675,9 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
             values[layout.tempered_slots] = tempered[index][layout.tempered_rows]
         states, kept = None, []
         if settings.states and copy_states:
-            # The state of token t (what predicts t + 1), where token t itself is no span.
-            state_rows = {t: copy_states[0][:, j] for t, j in layout.states if j < copy_states[0].shape[1]}
+            # The state of token t (what predicts t + 1); of a span token too (`span_states`).
+            state_rows = {t: copy_states[0][:, j] for t, j, is_span in layout.states
+                          if (settings.span_states or not is_span) and j < copy_states[0].shape[1]}
             kept = [t for t in layout.positions if t in state_rows and t + 1 > plan.first_span]
             states = torch.stack([state_rows[t] for t in kept]) if kept else None
         out.append(RecordTarget(list(layout.positions), compress(values, settings.topk, layout.actual[:, None]),
@@ -727,7 +733,7 @@ def _layout(example: Example, plan: TargetPlan, output_lengths: tuple[int, ...])
     layout = _Layout(tuple(copies), positions, sources, _index(cf_slots), _index(cf_rows),
                      _index(tempered_slots), _index(tempered_rows),
                      _index([int(example.ids[t + 1]) for t in positions]),
-                     tuple((t, j) for t, (j, is_span) in first if not is_span and 0 <= t < n_positions))
+                     tuple((t, j, is_span) for t, (j, is_span) in first if 0 <= t < n_positions))
     plan.memo[output_lengths] = layout
     return layout
 
