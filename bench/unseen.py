@@ -50,10 +50,14 @@ PROJECTS = ("Aurora", "Basalt", "Cobalt", "Driftwood", "Ember", "Fennel", "Grani
 # logits (granite), norms after each sublayer (olmo2), MoE routing (qwen3_moe; gpt_oss with
 # attention sinks; deepseek_v3 with latent attention), sinusoidal positions (xglm), a
 # convolution hybrid with its own cache (lfm2), an RNN with no attention that reads no attention
-# mask (rwkv), and attention beside Mamba2 in every layer with multipliers (falcon_h1).
+# mask (rwkv), and attention beside Mamba2 in every layer with multipliers (falcon_h1).  Added
+# 2026-12-07: learnt positions offset by two with a projection of the embeddings (opt), a fused
+# query-key-value with rotary on part of the head (codegen), squared-ReLU MLPs with
+# LayerNorm1p and partial rotary (nemotron).
 ARCHITECTURES = ("qwen3", "stablelm", "phi3", "gpt_bigcode", "gemma", "gptj", "mixtral", "mamba",
                  "recurrent_gemma", "qwen2", "bloom", "mpt", "falcon", "gemma2", "gpt_neo", "cohere", "granite",
-                 "olmo2", "qwen3_moe", "gpt_oss", "deepseek_v3", "xglm", "lfm2", "rwkv", "falcon_h1")
+                 "olmo2", "qwen3_moe", "gpt_oss", "deepseek_v3", "xglm", "lfm2", "rwkv", "falcon_h1", "opt", "codegen",
+                 "nemotron")
 METHODS = ("asu", "kif")
 TOKENIZERS = ("unigram", "wordpiece", "sentencepiece")
 PEOPLE, CONTROLS, SUBJECT = 24, 6, 3
@@ -137,11 +141,11 @@ def tokenizer(style: str, texts: list[str]) -> Any:
                                    pad_token="<pad>", unk_token="<unk>", model_max_length=256)
 
 
-def _sentencepiece_bpe(texts: list[str], specials: list[str]) -> Any:
+def _sentencepiece_bpe(texts: list[str], specials: list[str], *, vocab_size: int = 600, alphabet: int = 60) -> Any:
     """Llama 2's tokenizer.json layout: a normaliser that writes a word boundary before every
     input and for every space, no pre-tokenizer, a BPE with byte fallback (the 256 byte tokens
-    after the specials) and letters outside the 60 commonest left to bytes (a name's "ö" is
-    two byte tokens).  The merges are learnt within words, as SentencePiece learns them.  A
+    after the specials) and letters outside the `alphabet` commonest left to bytes (a name's
+    "ö" is two byte tokens).  The merges are learnt within words, as SentencePiece learns them.  A
     text encoded alone starts with a boundary that the same text after other text lacks
     (`prompting.tokenize_after`)."""
     from tokenizers import (
@@ -157,8 +161,8 @@ def _sentencepiece_bpe(texts: list[str], specials: list[str]) -> Any:
 
     learner = Tokenizer(models.BPE(unk_token="<unk>"))
     learner.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always", split=True)
-    learner.train_from_iterator(texts * 3, trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
-                                                               limit_alphabet=60, show_progress=False))
+    learner.train_from_iterator(texts * 3, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                                               limit_alphabet=alphabet, show_progress=False))
     learnt = json.loads(learner.to_str())["model"]
     vocab = {token: i for i, token in enumerate(specials)}
     vocab.update({f"<0x{b:02X}>": len(specials) + b for b in range(256)})
@@ -259,6 +263,11 @@ def config(arch: str, tok: Any, hidden: int = 96) -> Any:
         "falcon_h1": lambda: T.FalconH1Config(num_key_value_heads=2, mamba_d_ssm=hidden, mamba_n_heads=4,
                                               mamba_d_state=16, mamba_chunk_size=16, embedding_multiplier=2.0,
                                               lm_head_multiplier=0.5, **common),
+        "opt": lambda: T.OPTConfig(hidden_size=hidden, ffn_dim=2 * hidden, num_hidden_layers=3, num_attention_heads=4,
+                                   max_position_embeddings=256, word_embed_proj_dim=hidden, dropout=0.0, **ids),
+        "codegen": lambda: T.CodeGenConfig(n_embd=hidden, n_layer=3, n_head=4, rotary_dim=8, n_positions=256,
+                                           n_ctx=256, **ids),
+        "nemotron": lambda: T.NemotronConfig(num_key_value_heads=2, partial_rotary_factor=0.5, **common),
     }
     if arch not in builders:
         raise ValueError(f"unknown architecture {arch!r}; one of {', '.join(ARCHITECTURES)}")

@@ -89,39 +89,13 @@ def _trained(kind: str) -> Any:
 
 
 def _legacy_sentencepiece(specials: list[str]) -> Any:
-    """Llama 2's tokenizer.json layout: a normaliser that prepends the word boundary to every
-    input and writes spaces as boundaries, no pre-tokenizer, a BPE with byte fallback (the
-    256 byte tokens first); merges learnt within words, as SentencePiece learns them."""
-    import json
+    """Llama 2's tokenizer.json layout (`bench.unseen._sentencepiece_bpe`: a normaliser that
+    prepends the word boundary to every input, no pre-tokenizer, byte fallback)."""
+    from bench.unseen import _sentencepiece_bpe
 
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
-    from transformers import PreTrainedTokenizerFast
-
-    learner = Tokenizer(models.BPE(unk_token="<unk>"))
-    learner.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always", split=True)
-    learner.train_from_iterator(CORPUS * 3, trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
-                                                                limit_alphabet=40, show_progress=False))
-    learnt = json.loads(learner.to_str())["model"]
-    vocab = {token: i for i, token in enumerate(specials)}
-    vocab.update({f"<0x{b:02X}>": len(specials) + b for b in range(256)})
-    for token in sorted(learnt["vocab"], key=learnt["vocab"].get):
-        vocab.setdefault(token, len(vocab))
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learnt["merges"]]
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>", additional_special_tokens=["<|user|>", "<|assistant|>"])
+    tokenizer = _sentencepiece_bpe(CORPUS, specials, vocab_size=300, alphabet=40)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|user|>", "<|assistant|>"]})
+    return tokenizer
 
 
 def _wrapper(tokenizer: Any, text: str, special: bool) -> tuple[list[int], list[tuple[int, int]]]:
@@ -191,8 +165,8 @@ def test_a_tokenizer_that_prepends_a_boundary_to_every_input_continues_without_a
     assert [" lives in"[s:e].strip() for s, e in offsets] == ["lives", "in"]
     chat = attach_format(_trained("legacy_sp"), PromptFormat(kind="plain", question_template="{question}",
                                                              answer_prefix=" "))
-    example = encode_qa(chat, "Where does Ngozi Nwosu live?", "She lives in Lviv")
-    assert boundary not in example.ids[: len(example.ids) - 1]
+    example = encode_qa(chat, "Where does Ngozi Nwosu live?", "lives in Lviv")
+    assert example.ids[example.first_learnt] != boundary  # the answer opens with its word, no lone boundary
 
 
 def test_where_the_two_texts_merge_across_their_boundary_the_text_is_encoded_alone() -> None:
