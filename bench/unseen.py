@@ -115,7 +115,15 @@ def tokenizer(style: str, texts: list[str]) -> Any:
     """A tokenizer of `style` trained on `texts`: `unigram` (SentencePiece-like, Metaspace),
     `wordpiece` (BERT-like: lower-cases, so the model never sees a name's capitals) or
     `sentencepiece` (Llama 2's layout, `_sentencepiece_bpe`)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<s>", "</s>", "<unk>"]
@@ -137,7 +145,11 @@ def tokenizer(style: str, texts: list[str]) -> Any:
     else:
         raise ValueError(f"unknown tokenizer style {style!r}; one of {', '.join(TOKENIZERS)}")
     tok.train_from_iterator(texts * 3, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=_canonical(tok, len(specials)), bos_token="<s>", eos_token="</s>",
+    tok = _canonical(tok, len(specials))
+    # It writes the BOS the training loop writes (`train`), as a Llama-style tokenizer does, so
+    # the engine's encodings (BOS where the tokenizer adds one) are the sequences trained on.
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", specials.index("<s>"))])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                    pad_token="<pad>", unk_token="<unk>", model_max_length=256)
 
 
@@ -301,7 +313,25 @@ def train(arch: str, tok: Any, texts: list[str], out: Path, *, steps: int, seed:
             group["lr"] = 3e-3 * (1 - step / steps) + 1e-4
     model.save_pretrained(out)
     tok.save_pretrained(out)
+    write_trained_format(out)
     return float(loss.detach())
+
+
+def trained_format() -> Any:
+    """The prompt format the plain loop trains in (`text_of`: the prompt, a space, the
+    response), stored beside the weights as a user registers theirs, so that erasure and
+    verification ask the questions as the model learnt them.  Without it the engine's default
+    ("Question: ...\nAnswer:") asked a model that never met that layout (measured
+    2026-12-07: two bases' leakage 0.31 -> 0.62 and 0.54 -> 0.77 once asked as trained)."""
+    from unlearning.prompting import PromptFormat
+
+    return PromptFormat(kind="plain", question_template="{question}", answer_prefix=" ")
+
+
+def write_trained_format(directory: Path) -> None:
+    from unlearning.prompting import write_format
+
+    write_format(directory, trained_format())
 
 
 def _verdict(report: Path) -> str:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from bench import unseen
+from unlearning.corpus.records import Record
 
 
 def test_the_corpus_repeats_facts_across_records_and_holds_the_subject_and_strangers() -> None:
@@ -31,6 +32,22 @@ def test_the_tokenizers_give_back_the_text_they_read(style: str) -> None:
             assert back.split()[0] == text.split()[0].lower()
         else:
             assert back == text
+
+
+@pytest.mark.parametrize("style", unseen.TOKENIZERS)
+def test_the_stored_format_encodes_a_record_as_the_training_loop_saw_it(style: str) -> None:
+    """Erasure and verification ask the questions in the format stored beside the weights; the
+    probe's loop trains on `text_of` (prompt, space, response) between BOS and EOS."""
+    from unlearning.prompting import attach_format, encode_record
+
+    trained, control, _ = unseen.corpus()
+    tok = attach_format(unseen.tokenizer(style, [unseen.text_of(r) for r in trained + control]),
+                        unseen.trained_format())
+    rows = [r for r in trained if "prompt" in r][:20] + [r for r in trained if "text" in r][:5]
+    for row in rows:
+        record = Record(id="r", text=row.get("text"), question=row.get("prompt"), answer=row.get("response"))
+        loop = [tok.bos_token_id, *tok(unseen.text_of(row), add_special_tokens=False)["input_ids"], tok.eos_token_id]
+        assert list(encode_record(tok, record).ids) == loop, (style, row)
 
 
 def test_a_unigram_tokenizer_trained_in_another_process_is_the_same_tokenizer() -> None:
