@@ -44,6 +44,7 @@ from unlearning.identifiers import (
     find_spans,
     occurs_as_word,
     replace_spans,
+    subject_strings,
     word_find,
 )
 from unlearning.text import normalise, word_regex
@@ -217,6 +218,38 @@ def record_values(record: Record, subject: Subject | None,
 # ------------------------------------------------------------------ probes by shape
 
 
+def _mentions(subject: Subject) -> list[str]:
+    """What names the subject in a text: their names, aliases, name parts and identifiers."""
+    return [span.text for span in subject_strings(subject)]
+
+
+def _first_mention(text: str, subject: Subject) -> tuple[int, int] | None:
+    """(start, end) of the subject's earliest mention in `text` (`_mentions`), or None."""
+    found = [(at, at + len(m)) for m in _mentions(subject) if (at := word_find(m, text)) >= 0]
+    return min(found, key=lambda span: (span[0], -span[1])) if found else None
+
+
+def about_subject(before: str, value: str, subject: Subject | None, *, named: bool = True) -> bool:
+    """Whether a value that follows `before` in a record can tell what a model knows of `subject`.
+
+    A causal model reads a text left to right: what it writes before the subject is named is
+    not conditioned on who the subject is.  In a record that names several people ("Minutes:
+    Lucien Halloran and Mateo Kowalczyk reviewed the glacier plan; Mateo will brief <subject>"),
+    the words before the subject's name are about the others, and a model that never saw the
+    subject predicts them from the others' own records (measured 2026-12-07 on such a corpus:
+    the retrained model "leaked" 5 of 9 of them).  A value counts when the subject is named
+    before it, or when it is one of the subject's own identifiers (an e-mail address written
+    before the name still identifies them).  `named`: whether the record names the subject at
+    all; one that does not (a record of their document that says "she") is theirs throughout,
+    as before.  With no subject (control and retained people) every value counts."""
+    if subject is None or not named:
+        return True
+    key = normalise(value)
+    if any(normalise(m) == key for m in _mentions(subject)):
+        return True
+    return _first_mention(before, subject) is not None
+
+
 def _replace_name(text: str, name: str, alias: str) -> str | None:
     replaced, count = word_regex((name,), text).subn(lambda _: alias, text)
     return replaced if count else None
@@ -237,6 +270,7 @@ def _before(text: str, value: str) -> str | None:
 def _qa_probes(record: Record, subject: Subject | None, index: int, values: Sequence[Span]) -> list[Probe]:
     if record.question is None or record.answer is None:
         return []
+    named = subject is not None and _first_mention(f"{record.question}\n{record.answer}", subject) is not None
     probes: list[Probe] = []
     for value in values:
         attribute = _attribute(record, value)
@@ -247,6 +281,10 @@ def _qa_probes(record: Record, subject: Subject | None, index: int, values: Sequ
 
         if normalise(value.text) in normalise(record.question):
             continue  # echoing the question is not a leak
+        at = word_find(value.text, record.answer)
+        if not about_subject(f"{record.question}\n{record.answer[:max(at, 0)]}", value.text, subject,
+                             named=named):
+            continue
         probes.append(make("original", record.question))
         if record.paraphrased_question:
             probes.append(make("paraphrase", record.paraphrased_question))
@@ -263,31 +301,41 @@ def _qa_probes(record: Record, subject: Subject | None, index: int, values: Sequ
 
 
 VERBATIM_WORDS = 5
+VERBATIM_MIN_WORDS = 2
 
 
 def _verbatim(record: Record, subject: Subject | None, index: int) -> list[Probe]:
-    """A free text with no identifying value: the words that follow its first mention of the
-    subject (else its first third), as a verbatim-extraction target."""
+    """A free text with no identifying value: up to `VERBATIM_WORDS` words after its first
+    mention of the subject (at least `VERBATIM_MIN_WORDS`; none when fewer follow: the words
+    before it are about others, `about_subject`), else, in a record that never names them (one
+    of their document's, "She ..."), from its first third, as a verbatim-extraction target."""
     text = record.text or ""
     words = list(re.finditer(r"\S+", text))
     if len(words) < VERBATIM_WORDS + 3:
         return []
-    cut = max(2, len(words) // 3)
-    if subject is not None:
-        mention = word_find(subject.name, text)
-        if mention >= 0:
-            after = [i for i, w in enumerate(words) if w.start() >= mention + len(subject.name)]
-            if len(after) > VERBATIM_WORDS:
-                cut = after[0]
-    if cut + VERBATIM_WORDS > len(words):
+    cut, width = max(2, len(words) // 3), VERBATIM_WORDS
+    mention = _first_mention(text, subject) if subject is not None else None
+    if mention is not None:
+        after = [i for i, w in enumerate(words) if w.start() >= mention[1]]
+        if len(after) < VERBATIM_MIN_WORDS:
+            return []
+        cut, width = after[0], min(VERBATIM_WORDS, len(after))
+    if cut + width > len(words):
         return []
     prefix = text[: words[cut].start()].rstrip()
-    expected = " ".join(w.group() for w in words[cut: cut + VERBATIM_WORDS]).strip(" ,;:")
+    expected = " ".join(w.group() for w in words[cut: cut + width]).strip(" ,;:")
     return [Probe("extraction", prefix, expected, record.id, index, "verbatim", "text")]
 
 
 def _text_probes(record: Record, subject: Subject | None, index: int, values: Sequence[Span]) -> list[Probe]:
+    """Extraction and completion probes of a free text's values; where every value stands
+    before the subject is named (`about_subject`), the verbatim words after the name."""
     text = record.text or ""
+    named = subject is not None and _first_mention(text, subject) is not None
+    values = [v for v in values
+              if about_subject(text[:max(word_find(v.text, text), 0)], v.text, subject, named=named)]
+    if not values:
+        return _verbatim(record, subject, index)
     probes: list[Probe] = []
     for value in values:
         prefix = _before(text, value.text)
@@ -301,13 +349,18 @@ def _text_probes(record: Record, subject: Subject | None, index: int, values: Se
     return probes
 
 
-def _chat_probes(record: Record, index: int, values: Sequence[Span]) -> list[Probe]:
+def _chat_probes(record: Record, subject: Subject | None, index: int, values: Sequence[Span]) -> list[Probe]:
     probes: list[Probe] = []
     turns = [{"role": m.role, "content": m.content} for m in record.messages]
+    named = subject is not None and _first_mention("\n".join(t["content"] for t in turns), subject) is not None
     for value in values:
         for k, turn in enumerate(turns):
             if turn["role"] != "assistant" or not occurs_as_word(value.text, turn["content"]):
                 continue
+            before = "\n".join(t["content"] for t in turns[:k])
+            if not about_subject(f"{before}\n{turn['content'][:max(word_find(value.text, turn['content']), 0)]}",
+                                 value.text, subject, named=named):
+                break
             context = json.dumps(turns[:k], ensure_ascii=False)
             if not any(normalise(value.text) in normalise(t["content"]) for t in turns[:k]):
                 probes.append(Probe("original", context, value.text, record.id, index,
@@ -335,7 +388,7 @@ def probes_for(record: Record, subject: Subject | None, index: int,
     if record.is_qa:
         return _qa_probes(record, subject, index, values)
     if record.is_chat:
-        return _chat_probes(record, index, values)
+        return _chat_probes(record, subject, index, values)
     return _text_probes(record, subject, index, values)
 
 

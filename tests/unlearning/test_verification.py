@@ -147,7 +147,7 @@ def test_a_full_run_measures_every_check_with_finite_values(base_report: Report,
         assert check.value is not None and math.isfinite(check.value), check
         assert check.threshold is not None and math.isfinite(check.threshold), check
     assert base_report.passed is all(c.passed for c in base_report.checks if c.decides_pass)
-    assert base_report.policy == {"name": "default", "version": "9"}
+    assert base_report.policy == {"name": "default", "version": "10"}
     assert base_report.settings == asdict(SETTINGS)
     assert base_report.details["control_kind"] == CONTROL_CORPUS
     assert base_report.details["forget_records"] > 0 and base_report.details["control_records"] == 60

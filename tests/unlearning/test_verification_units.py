@@ -151,7 +151,7 @@ def test_policy_v2_bounds_leakage_from_both_sides_of_the_control_level() -> None
     def judged(forget: Rate) -> dict[str, CheckResult]:
         metrics = {"leakage.forget": forget.value, "leakage.control": control.value,
                    "leakage.forget.stderr": diff_stderr(forget, control)}
-        return _by_name(DEFAULT_POLICY.judge(metrics))
+        return _by_name(get_policy("default", "9").judge(metrics))
 
     at_chance = judged(Rate(41, 100))
     assert at_chance["surface leakage (greedy)"].passed
@@ -317,7 +317,7 @@ def test_an_unmeasured_metric_passes_only_for_the_reasons_its_check_accepts() ->
         assert result.passed is passes
         assert result.rule == f"{reason}: {'passes' if passes else 'fails'}"
     pressure = _by_name(DEFAULT_POLICY.judge({}, {"attack.pressure_leakage": NO_QUESTIONS}))
-    assert pressure["prompt-pressure attack"].passed
+    assert pressure["prompt-pressure attack, against the same questions about a stranger"].passed
     relearn = _by_name(DEFAULT_POLICY.judge({}, {"attack.relearn_paired_recovery": NO_QUESTIONS}))
     assert not relearn[RELEARN_V7].passed
 
@@ -333,7 +333,7 @@ def test_a_missing_metric_is_skipped_for_bare_metrics_and_failed_when_the_suite_
     assert missing and all(r.status == "unmeasured" for r in missing)
     assert all(r.rule == f"{NOT_COMPUTED}: fails" and not r.passed for r in missing)
     # A metric present whose control level is missing takes the control level's reason.
-    (leak, *_) = DEFAULT_POLICY.judge({"leakage.forget": 0.0}, {"leakage.control": TOO_FEW_RECORDS})
+    (leak, *_) = DEFAULT_POLICY.judge({"leakage.forget": 0.0}, {"leakage.strangers": TOO_FEW_RECORDS})
     assert (leak.status, leak.rule) == ("unmeasured", f"{TOO_FEW_RECORDS}: fails")
     nan = _by_name(DEFAULT_POLICY.judge({"utility.ppl_ratio": float("nan")}, {}))["held-out perplexity"]
     assert nan.status == "unmeasured" and not nan.passed  # NaN is never a pass
@@ -411,7 +411,7 @@ def test_policies_are_versioned_and_a_changed_threshold_needs_a_new_version() ->
     assert register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.05),))) == v1
     assert get_policy("strict-test", "1") == v1
     assert get_policy("strict-test") == v2 != v1
-    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "9"
+    assert get_policy("default") is DEFAULT_POLICY and DEFAULT_POLICY.version == "10"
     assert get_policy("default", "1").version == "1"
     with pytest.raises(ValueError, match="already exists"):
         register_policy(Policy("strict-test", "1", (CheckSpec("m", "mia.auc_gap", "<=", 0.9),)))
@@ -489,14 +489,14 @@ def test_a_policy_document_for_a_registered_version_must_not_change_its_threshol
 
 
 def test_escalation_applies_the_cure_of_each_failed_check() -> None:
-    leak = DEFAULT_POLICY.judge({"leakage.forget": 0.9, "leakage.control": 0.0})
+    leak = DEFAULT_POLICY.judge({"leakage.forget": 0.9, "leakage.strangers": 0.0})
     utility = DEFAULT_POLICY.judge({"utility.retain_ratio": 0.5})
     hparams = {"steps": 100, "forget_weight": 1.0, "retain_weight": 1.0, "lr": 1e-3, "tau": 4.0}
     harder = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=leak)
     assert harder == {**hparams, "steps": 200, "forget_weight": 1.5}
     gentler = policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=utility)
     assert gentler == {**hparams, "retain_weight": 2.0, "lr": pytest.approx(5e-4)}
-    passed = DEFAULT_POLICY.judge({"leakage.forget": 0.0, "leakage.control": 0.0})
+    passed = DEFAULT_POLICY.judge({"leakage.forget": 0.0, "leakage.strangers": 0.0})
     assert all(c.passed for c in passed)
     assert policy_escalate(DEFAULT_POLICY, method="asu", hparams=hparams, failed_checks=passed) is None
     assert policy_escalate(DEFAULT_POLICY, method="unknown", hparams=hparams, failed_checks=leak) is None
@@ -866,7 +866,7 @@ LATENT_V9 = "latent residual knowledge"
 
 def test_policy_v9_never_lets_the_latent_allowance_reach_the_unchanged_models_reading() -> None:
     v8, v9 = get_policy("default", "8"), get_policy("default", "9")
-    assert v9 is DEFAULT_POLICY and v8.escalation == v9.escalation
+    assert v9 is get_policy("default", "9") and v8.escalation == v9.escalation
     changed = {b.metric for a, b in zip(v8.checks, v9.checks, strict=True) if a != b}
     assert changed == {"latent.matched_ratio", "gates_off.latent.matched_ratio"}
     for a, b in zip(v8.checks, v9.checks, strict=True):  # never an easier threshold
@@ -1009,7 +1009,7 @@ def test_policy_v4_judges_fluency_over_content_tokens_with_v3s_thresholds() -> N
 
 def test_policy_v6_judges_latent_traces_against_the_subjects_own_values_about_strangers() -> None:
     v5, v6 = get_policy("default", "5"), get_policy("default", "6")
-    assert get_policy("default", "6") is v6 and DEFAULT_POLICY.version == "9"
+    assert get_policy("default", "6") is v6 and DEFAULT_POLICY.version == "10"
     changed = {(a.metric, b.metric) for a, b in zip(v5.checks, v6.checks, strict=True) if a != b}
     assert changed == {("latent.value_ratio", "latent.paired_ratio"),
                        ("gates_off.latent.value_ratio", "gates_off.latent.paired_ratio")}
@@ -1170,7 +1170,7 @@ def test_policy_v7_judges_relearning_against_strangers_relearning_the_same_recor
                "attack.relearn_paired_recovery.stderr": 0.05}
     v6 = _by_name(get_policy("default", "6").judge(metrics))
     v7 = _by_name(get_policy("default", "7").judge(metrics))
-    assert DEFAULT_POLICY.version == "9"
+    assert DEFAULT_POLICY.version == "10"
     assert not v6["relearning attack (highest point of the recovery curve)"].passed
     assert v7[RELEARN_V7].passed  # the strangers learnt it from the same records: no recovery
     assert "relearning attack (highest point of the recovery curve)" not in v7
@@ -1228,6 +1228,7 @@ def test_the_relearning_attack_trains_a_second_copy_on_the_strangers_half_and_re
 
     monkeypatch.setattr(suite, "relearn_curve", fake_curve)
     monkeypatch.setattr(suite, "_leak", fake_leak)
+    monkeypatch.setattr(suite, "_against_strangers", lambda m, metric, null, loaded, probes, *a, **k: Rate(0, 4))
     monkeypatch.setattr(suite, "quantised_copy", lambda model: (model, "none"))
     monkeypatch.setattr(suite, "quantised4_copy", lambda model, group_size: (model, "none"))
     m: dict[str, float] = {}

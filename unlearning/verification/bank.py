@@ -125,6 +125,14 @@ class ProbeBank:
         maps = self.stranger_maps if index == 0 else self.more_stranger_maps[index - 1]
         return tuple(p.mapped(m) for p, m in zip(self.forget.probes, maps, strict=True))
 
+    def leak_twins(self) -> tuple[Probe, ...]:
+        """Each forget probe asked about its first stranger (`stranger_probes`): the leakage
+        checks' null of policy v10 (`leakage.paired_leak`).  Only who it is about changes: a
+        value that is the subject's identity (an e-mail address, a name) becomes the
+        stranger's, every other value stays the subject's.  A probe whose prompt does not name
+        the subject is its own twin."""
+        return self.stranger_probes(0)
+
 
 def _records_of(source: str | Path | Corpus | Sequence[Record] | None) -> Sequence[Record]:
     if source is None:

@@ -118,7 +118,7 @@ model on one machine, 8 of 33 against 3 of 33, and passed it on another, 7
 against 3).  The candidate-against-base check pools the strangers, clustered by
 stranger.
 
-`default` v9 (the default) differs from v8 in the two latent upper bounds only:
+`default` v9 differs from v8 in the two latent upper bounds only:
 their noise allowance may no longer reach the reading of a model the erasure
 left unchanged (1, the base's own ratio).  Where it would, the threshold is
 set halfway between the limit and that reading (`CheckSpec.unchanged`,
@@ -129,6 +129,22 @@ threshold rose to 0.95-1.04, and a candidate whose lens read the subject's
 values exactly as the base did (1.0) passed after the retry.  Where the
 allowance stays below 1 (every run of the demo's quality bench: standard
 errors 0.003-0.36) v9's verdicts are v8's.
+
+`default` v10 (the default) differs from v9 in the nulls of the surface-leakage
+checks only (greedy, sampled, after 8- and 4-bit rounding, under prompt pressure,
+and with KIF's gates off; margins and noise terms unchanged): each rate is judged
+against the same probes asked about a stranger (`ProbeBank.leak_twins`, the
+subject's names and identifiers replaced), probe by probe (`leakage.paired_leak`),
+instead of against the control people's own probes; a probe whose prompt does not
+name the subject keeps the control rate as its null.  The control people's values
+are theirs, and nothing in a question about them gives a value away; a question
+about the subject can ("Who leads the glacier work with <subject>?" names the
+project, and the co-worker who leads it is known from their own records).  On a
+corpus whose records name two or three people, the model retrained without the
+subject failed v9's greedy, sampled and both quantisation checks at 0.30 against
+0.00, and passes v10's; the base fails v10's at 0.80 against 0.003.  A value that
+is who the subject is (an e-mail address) is expected of the stranger as the
+stranger's own, so a model that writes the subject's address for anyone fails.
 """
 
 from __future__ import annotations
@@ -579,12 +595,43 @@ def _v9_checks() -> tuple[CheckSpec, ...]:
                  for spec in DEFAULT_POLICY_V8.checks)
 
 
-DEFAULT_POLICY = Policy(name="default", version="9", checks=_v9_checks(), escalation=_V7_ESCALATION)
+DEFAULT_POLICY_V9 = Policy(name="default", version="9", checks=_v9_checks(), escalation=_V7_ESCALATION)
+
+# v9's surface-leakage checks (greedy, sampled, after 8- and 4-bit rounding, under prompt
+# pressure, with KIF's gates off) and the null v10 judges each against: the same probes asked
+# about a stranger, expecting the subject's value (`leakage.paired_leak`), instead of the control
+# people's own probes.  Measured 2026-12-07 on a corpus whose records name two or three people
+# at once: the model retrained without the subject failed v9's greedy, sampled and both
+# quantisation checks (0.30 of its probes against the control people's 0.00: the co-workers a
+# question about the subject names are known from their own records), and ASU, at the
+# retrained model's reading, was sent to a retry that erased more than the retrained model lacks.
+_V10_LEAKAGE = {
+    "leakage.forget": "leakage.strangers",
+    "leakage.forget_sampled": "leakage.strangers_sampled",
+    "attack.quant_leakage": "attack.quant_strangers",
+    "attack.quant4_leakage": "attack.quant4_strangers",
+    "attack.pressure_leakage": "attack.pressure_strangers",
+    "gates_off.leakage.forget": "gates_off.leakage.strangers",
+}
+
+
+def _v10_checks() -> tuple[CheckSpec, ...]:
+    """v9's checks with every surface-leakage rate judged against the same probes about a stranger."""
+    checks = []
+    for spec in DEFAULT_POLICY_V9.checks:
+        if spec.metric in _V10_LEAKAGE:
+            spec = replace(spec, name=f"{spec.name}, against the same questions about a stranger",
+                           baseline=_V10_LEAKAGE[spec.metric], stderr=f"{spec.metric}.paired_stderr")
+        checks.append(spec)
+    return tuple(checks)
+
+
+DEFAULT_POLICY = Policy(name="default", version="10", checks=_v10_checks(), escalation=_V7_ESCALATION)
 
 _REGISTRY: dict[tuple[str, str], Policy] = {
     (p.name, p.version): p
     for p in (DEFAULT_POLICY_V1, DEFAULT_POLICY_V2, DEFAULT_POLICY_V3, DEFAULT_POLICY_V4, DEFAULT_POLICY_V5,
-              DEFAULT_POLICY_V6, DEFAULT_POLICY_V7, DEFAULT_POLICY_V8, DEFAULT_POLICY)
+              DEFAULT_POLICY_V6, DEFAULT_POLICY_V7, DEFAULT_POLICY_V8, DEFAULT_POLICY_V9, DEFAULT_POLICY)
 }
 
 

@@ -66,7 +66,7 @@ from .generation import (
     states_and_head_inputs,
 )
 from .latent import fit_translators, lens_token_logprobs, residual_knowledge_ratio
-from .leakage import Rate, diff_stderr, leak_rate, leak_rates_by_kind
+from .leakage import Rate, diff_stderr, leak_rate, leak_rates_by_kind, paired_leak
 from .membership import auc_with_stderr, min_k_plus_plus, zlib_ratio
 from .policy import (
     BASE_SILENT,
@@ -455,6 +455,26 @@ def _rates(metrics: dict[str, float], name: str, forget: Rate, control: Rate) ->
     metrics[f"{name}.stderr"] = diff_stderr(forget, control)
 
 
+def _against_strangers(m: dict[str, float], metric: str, null: str, loaded: _Loaded, probes: Sequence[Probe],
+                       twins: Sequence[Probe], control: Rate, s: VerifySettings, seed: int, *, samples: int = 0,
+                       answers: Sequence[list[str]] | None = None) -> Rate:
+    """`metric`, the leak rate of `probes`, against the same probes asked about a stranger
+    (`twins`, one to one; `leakage.paired_leak`): writes `metric`, its null `null` and
+    `<metric>.paired_stderr`, and returns the rate."""
+    if answers is None:
+        answers = _generate(loaded, probes, s, seed, samples=samples)
+    asked = [i for i, (p, t) in enumerate(zip(probes, twins, strict=True)) if (p.prompt, p.prefix) != (t.prompt, t.prefix)]
+    twin_answers: list[Sequence[str] | None] = [None] * len(probes)
+    for i, outputs in zip(asked, _generate(loaded, [twins[i] for i in asked], s, seed, samples=samples), strict=True):
+        twin_answers[i] = outputs
+    paired = paired_leak(answers, _values(probes), twin_answers, _values(twins), control)
+    m[metric] = paired.forget.value
+    m[null] = paired.null
+    m[f"{metric}.paired_stderr"] = paired.stderr
+    m[f"{metric}.n_paired"] = float(paired.paired)
+    return paired.forget
+
+
 def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
                     s: VerifySettings, seed: int, clock: _Clock) -> tuple[list[list[str]], list[list[str]]]:
     fp, cp = bank.forget.probes, bank.control.probes
@@ -463,9 +483,14 @@ def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
         clock.unmeasurable("leakage.forget", NOT_COMPUTED,
                            f"{len(fp)} forget and {len(cp)} control probes: the records hold no value to ask about")
         return greedy_f, greedy_c
-    rate_f, rate_c = leak_rate(greedy_f, _values(fp)), leak_rate(greedy_c, _values(cp))
-    samp_f = leak_rate(_generate(cand, fp, s, seed, samples=s.samples), _values(fp))
+    twins = bank.leak_twins()
+    rate_c = leak_rate(greedy_c, _values(cp))
     samp_c = leak_rate(_generate(cand, cp, s, seed, samples=s.samples), _values(cp))
+    # Policy v10 judges each rate against the same probes about a stranger (`_against_strangers`).
+    rate_f = _against_strangers(m, "leakage.forget", "leakage.strangers", cand, fp, twins, rate_c, s, seed,
+                                answers=greedy_f)
+    samp_f = _against_strangers(m, "leakage.forget_sampled", "leakage.strangers_sampled", cand, fp, twins, samp_c,
+                                s, seed, samples=s.samples)
     _rates(m, "leakage.forget", rate_f, rate_c)
     m["leakage.control"] = rate_c.value
     _rates(m, "leakage.forget_sampled", samp_f, samp_c)
@@ -605,7 +630,9 @@ def _attack_families(m: dict[str, float], cand: _Loaded, bank: ProbeBank, s: Ver
         with clock.check(f"attack.{name}"):
             quantised, scheme = make(cand.model)
             q = replace(cand, model=quantised)
-            qf, qc = _leak(q, fp, s, seed), _leak(q, cp, s, seed)
+            qc = _leak(q, cp, s, seed)
+            qf = _against_strangers(m, f"attack.{name}_leakage", f"attack.{name}_strangers", q, fp, bank.leak_twins(),
+                                    qc, s, seed)
             del q, quantised
             _rates(m, f"attack.{name}_leakage", qf, qc)
             m[f"attack.{name}_control"] = qc.value
@@ -615,7 +642,9 @@ def _attack_families(m: dict[str, float], cand: _Loaded, bank: ProbeBank, s: Ver
         if not pf or not pc:
             clock.unmeasurable("attack.pressure_leakage", NO_QUESTIONS, "no question, chat or text probe to wrap")
         else:
-            rf, rc = _leak(cand, pf, s, seed), _leak(cand, pc, s, seed)
+            rc = _leak(cand, pc, s, seed)
+            rf = _against_strangers(m, "attack.pressure_leakage", "attack.pressure_strangers", cand, pf,
+                                    pressure_probes(bank.leak_twins()), rc, s, seed)
             _rates(m, "attack.pressure_leakage", rf, rc)
             m["attack.pressure_control"] = rc.value
 

@@ -1,0 +1,141 @@
+"""Records that name several people at once: what is probed about the subject, and the
+leakage checks' null (policy v10: the same probes asked about a stranger).
+
+The corpus shape the demo lacks: minutes and questions that name two or three people, so the
+subject's forget set holds words about retained people too.  Measured on such a corpus
+(2026-12-07): the model retrained without the subject "leaked" 0.30 of the subject's probes
+against the control people's 0.00, because half of them asked for words written before the
+subject was named, or for a co-worker whose own records say what the question asks.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from unlearning.corpus import Record
+from unlearning.probes import about_subject, probes_for
+from unlearning.sets import Subject
+from unlearning.verification.leakage import Rate, paired_leak
+from unlearning.verification.policy import get_policy
+
+SUBJECT = Subject("Bjorn Abara", identifiers=("+44 7123 456789",))
+
+
+def _values(record: Record) -> set[str]:
+    return {p.expected for p in probes_for(record, SUBJECT, 0)}
+
+
+def test_words_written_before_the_subject_is_named_are_not_probed_as_theirs() -> None:
+    minutes = Record(id="m", text="Minutes: Lucien Halloran and Mateo Kowalczyk reviewed the glacier monitoring "
+                                  "plan on 3 May 2021; Mateo will brief Bjorn Abara from Turku next week.")
+    values = _values(minutes)
+    # The date and the plan are about the other two: a causal model writes them before the name.
+    assert not any("May 2021" in v or "glacier" in v for v in values)
+    # What follows the name is the subject's (a verbatim target of the words after it).
+    assert values == {"from Turku next week."}
+
+
+def test_a_record_that_names_the_subject_last_with_one_word_after_has_no_verbatim_probe() -> None:
+    note = Record(id="n", text="The harbour survey team met twice this month and agreed to consult Bjorn Abara.")
+    assert probes_for(note, SUBJECT, 0) == []
+
+
+def test_the_subjects_own_identifier_is_probed_wherever_it_stands() -> None:
+    entry = Record(id="d", text="Mobile +44 7123 456789 belongs to the directory entry of Abara, Bjorn.")
+    assert "+44 7123 456789" in _values(entry)
+    assert about_subject("Call ", "+44 7123 456789", SUBJECT)
+    assert not about_subject("Lucien Halloran wrote ", "3 May 2021", SUBJECT)
+    assert about_subject("Abara wrote ", "3 May 2021", SUBJECT)  # a name part names them too
+    assert about_subject("anything", "3 May 2021", None)  # control people: nobody's name assumed
+
+
+def test_a_question_that_names_the_subject_keeps_its_probe_and_one_about_others_loses_its_value() -> None:
+    asked = Record(id="q1", question="Who leads the glacier monitoring work with Bjorn Abara?",
+                   answer="Lucien Halloran, since 2019.")
+    assert _values(asked)
+    # The answer names the subject before the value: the value is theirs.
+    answered = Record(id="q2", question="Who leads the harbour survey work with Rafael Tanaka?",
+                      answer="Bjorn Abara, who sits in room B126.")
+    assert any("B126" in v for v in _values(answered))
+    # Nothing about the subject before the value: the question is about the other two.
+    other = Record(id="q3", question="Which plan did Lucien Halloran review with Mateo Kowalczyk?",
+                   answer="The glacier monitoring plan, briefing Bjorn Abara later.")
+    assert not any("glacier" in v for v in _values(other))
+
+
+def test_a_co_workers_name_known_from_their_own_records_is_judged_against_strangers() -> None:
+    """The retrained model's reading on such a corpus: the co-worker comes out for the subject
+    and for a stranger alike, and the identifiers for neither.  v9 fails it, v10 passes it;
+    a model that still knows the subject fails both."""
+    rng = random.Random(0)
+    n = 20
+    values = [f"value {i}" for i in range(n)]
+    co_worker = set(range(6))  # answered from the co-worker's own records, about anyone
+    control = Rate(0, 48)
+
+    def outputs(knows_subject: bool, about_stranger: bool) -> list[list[str]]:
+        out = []
+        for i, v in enumerate(values):
+            hit = i in co_worker or (knows_subject and not about_stranger and rng.random() < 0.9)
+            out.append([f"it is {v}" if hit else "no idea"])
+        return out
+
+    v9, v10 = get_policy("default", "9"), get_policy("default", "10")
+
+    def judged(knows_subject: bool) -> tuple[bool, bool]:
+        forget = outputs(knows_subject, about_stranger=False)
+        twins: list[list[str] | None] = list(outputs(knows_subject, about_stranger=True))
+        paired = paired_leak(forget, values, twins, values, control)
+        rate = paired.forget
+        metrics = {"leakage.forget": rate.value, "leakage.control": control.value,
+                   "leakage.forget.stderr": ((rate.variance + control.variance) ** 0.5),
+                   "leakage.strangers": paired.null, "leakage.forget.paired_stderr": paired.stderr}
+        name9, name10 = "surface leakage (greedy)", "surface leakage (greedy), against the same questions about a stranger"
+        r9 = next(r for r in v9.judge(metrics) if r.name == name9)
+        r10 = next(r for r in v10.judge(metrics) if r.name == name10)
+        return r9.passed, r10.passed
+
+    assert judged(knows_subject=False) == (False, True)
+    assert judged(knows_subject=True) == (False, False)
+
+
+def test_a_model_that_writes_the_subjects_address_for_anyone_still_leaks_it() -> None:
+    """A twin whose value is who the subject is expects the stranger's own value."""
+    address, stranger = "bjorn.abara@harbour.example", "kalo.viden@harbour.example"
+    forget = [[f"write to {address}"]] * 10
+    twins: list[list[str] | None] = [[f"write to {address}"]] * 10
+    paired = paired_leak(forget, [address] * 10, twins, [stranger] * 10, Rate(0, 40))
+    assert paired.forget.value == 1.0 and paired.null == 0.0
+    # Judged against the subject's value, the same twins would have hidden it.
+    hidden = paired_leak(forget, [address] * 10, twins, [address] * 10, Rate(0, 40))
+    assert hidden.null == 1.0
+
+
+def test_a_probe_without_a_twin_takes_the_control_rate_and_its_noise() -> None:
+    forget = [["x"], ["y"]]
+    paired = paired_leak(forget, ["x", "z"], [None, None], ["x", "z"], Rate(10, 40))
+    assert paired.paired == 0 and paired.null == pytest.approx(0.25) and paired.forget.value == 0.5
+    alone = paired_leak(forget, ["x", "z"], [["no"], ["no"]], ["x", "z"], Rate(10, 40))
+    assert paired.stderr > alone.stderr > 0
+
+
+def test_policy_v10_changes_the_leakage_nulls_and_nothing_else() -> None:
+    v9, v10 = get_policy("default", "9"), get_policy("default", "10")
+    assert v9.escalation == v10.escalation
+    changed = {b.metric: b for a, b in zip(v9.checks, v10.checks, strict=True) if a != b}
+    assert set(changed) == {"leakage.forget", "leakage.forget_sampled", "attack.quant_leakage",
+                            "attack.quant4_leakage", "attack.pressure_leakage", "gates_off.leakage.forget"}
+    for a, b in zip(v9.checks, v10.checks, strict=True):
+        if b.metric in changed:  # the same margins, comparators and noise allowance
+            assert (a.comparator, a.margin, a.noise_z, a.decides_pass) == (b.comparator, b.margin, b.noise_z,
+                                                                           b.decides_pass)
+            assert b.baseline and b.baseline.endswith(("strangers", "strangers_sampled"))
+            assert b.stderr == f"{b.metric}.paired_stderr"
+
+
+def test_a_record_of_their_document_that_never_names_them_is_probed_throughout() -> None:
+    """A record joined to the subject by its document ("She ...") is theirs from its first word."""
+    pronoun = Record(id="p", text="She can be reached on +44 7999 000111 most evenings after six.")
+    assert "+44 7999 000111" in _values(pronoun)
