@@ -18,7 +18,7 @@ from unlearning.corpus import Record
 from unlearning.probes import about_subject, probes_for
 from unlearning.sets import Subject
 from unlearning.verification.leakage import Rate, paired_leak
-from unlearning.verification.policy import get_policy
+from unlearning.verification.policy import V10_STRANGER_LEAK, get_policy
 
 SUBJECT = Subject("Bjorn Abara", identifiers=("+44 7123 456789",))
 
@@ -121,18 +121,36 @@ def test_a_probe_without_a_twin_takes_the_control_rate_and_its_noise() -> None:
     assert paired.stderr > alone.stderr > 0
 
 
-def test_policy_v10_changes_the_leakage_nulls_and_nothing_else() -> None:
+def test_policy_v10_changes_the_leakage_nulls_and_adds_the_nulls_own_check() -> None:
     v9, v10 = get_policy("default", "9"), get_policy("default", "10")
     assert v9.escalation == v10.escalation
-    changed = {b.metric: b for a, b in zip(v9.checks, v10.checks, strict=True) if a != b}
+    added = [c for c in v10.checks if c.metric == "leakage.stranger_leak"]
+    assert added == [V10_STRANGER_LEAK]
+    kept = [c for c in v10.checks if c is not V10_STRANGER_LEAK]
+    changed = {b.metric: b for a, b in zip(v9.checks, kept, strict=True) if a != b}
     assert set(changed) == {"leakage.forget", "leakage.forget_sampled", "attack.quant_leakage",
                             "attack.quant4_leakage", "attack.pressure_leakage", "gates_off.leakage.forget"}
-    for a, b in zip(v9.checks, v10.checks, strict=True):
+    for a, b in zip(v9.checks, kept, strict=True):
         if b.metric in changed:  # the same margins, comparators and noise allowance
             assert (a.comparator, a.margin, a.noise_z, a.decides_pass) == (b.comparator, b.margin, b.noise_z,
                                                                            b.decides_pass)
             assert b.baseline and b.baseline.endswith(("strangers", "strangers_sampled"))
             assert b.stderr == f"{b.metric}.paired_stderr"
+
+
+def test_a_model_that_gives_the_subjects_values_about_anyone_fails_against_the_base() -> None:
+    """Its leak equals its own null (the paired check passes), but its null is the base's 0.10
+    risen to 0.90: whoever compares the two models learns the subject's values."""
+    v10 = get_policy("default", "10")
+    forget, twins, base = Rate(18, 20), Rate(18, 20), Rate(2, 20)
+    metrics = {"leakage.forget": forget.value, "leakage.strangers": twins.value,
+               "leakage.forget.paired_stderr": 0.05, "leakage.stranger_leak": twins.value,
+               "leakage.base_stranger_leak": base.value,
+               "leakage.stranger_leak.stderr": (twins.variance + base.variance) ** 0.5}
+    judged = {r.metric: r for r in v10.judge(metrics)}
+    assert judged["leakage.forget"].passed and not judged["leakage.stranger_leak"].passed
+    honest = {**metrics, "leakage.forget": 0.1, "leakage.strangers": 0.1, "leakage.stranger_leak": 0.1}
+    assert all(r.passed for r in v10.judge(honest))
 
 
 def test_a_record_of_their_document_that_never_names_them_is_probed_throughout() -> None:

@@ -1228,7 +1228,7 @@ def test_the_relearning_attack_trains_a_second_copy_on_the_strangers_half_and_re
 
     monkeypatch.setattr(suite, "relearn_curve", fake_curve)
     monkeypatch.setattr(suite, "_leak", fake_leak)
-    monkeypatch.setattr(suite, "_against_strangers", lambda m, metric, null, loaded, probes, *a, **k: Rate(0, 4))
+    monkeypatch.setattr(suite, "_against_strangers", lambda m, metric, null, loaded, probes, *a, **k: (Rate(0, 4), None))
     monkeypatch.setattr(suite, "quantised_copy", lambda model: (model, "none"))
     monkeypatch.setattr(suite, "quantised4_copy", lambda model, group_size: (model, "none"))
     m: dict[str, float] = {}

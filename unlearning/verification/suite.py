@@ -137,6 +137,8 @@ class _BaseEvidence:
     # The same about the further strangers of policy v8 (`ProbeBank.more_stranger_maps`), over
     # content tokens: one tuple per stranger.
     more_stranger_content_flags: tuple[tuple[bool, ...], ...] = ()
+    # The base's greedy leak rate of the subject's probes asked about a stranger (`_twin_leak`).
+    stranger_leak: Rate | None = None
 
 
 _BASE_CACHE: OrderedDict[str, _BaseEvidence] = OrderedDict()
@@ -418,6 +420,7 @@ def _base_evidence(
         content_limit=content_limit,
         stranger_content_flags=tuple(heard_strangers.flags(content_limit, content=True)),
         more_stranger_content_flags=tuple(tuple(h.flags(content_limit, content=True)) for h in more_heard),
+        stranger_leak=_twin_leak(loaded, bank, s, seed),
     )
     _BASE_CACHE[key] = evidence
     while len(_BASE_CACHE) > _BASE_CACHE_SIZE:
@@ -457,10 +460,11 @@ def _rates(metrics: dict[str, float], name: str, forget: Rate, control: Rate) ->
 
 def _against_strangers(m: dict[str, float], metric: str, null: str, loaded: _Loaded, probes: Sequence[Probe],
                        twins: Sequence[Probe], control: Rate, s: VerifySettings, seed: int, *, samples: int = 0,
-                       answers: Sequence[list[str]] | None = None) -> Rate:
+                       answers: Sequence[list[str]] | None = None) -> tuple[Rate, Rate | None]:
     """`metric`, the leak rate of `probes`, against the same probes asked about a stranger
     (`twins`, one to one; `leakage.paired_leak`): writes `metric`, its null `null` and
-    `<metric>.paired_stderr`, and returns the rate."""
+    `<metric>.paired_stderr`, and returns the rate and the twins' own (each twin against its
+    own value; None where no probe names the subject)."""
     if answers is None:
         answers = _generate(loaded, probes, s, seed, samples=samples)
     asked = [i for i, (p, t) in enumerate(zip(probes, twins, strict=True)) if (p.prompt, p.prefix) != (t.prompt, t.prefix)]
@@ -472,7 +476,16 @@ def _against_strangers(m: dict[str, float], metric: str, null: str, loaded: _Loa
     m[null] = paired.null
     m[f"{metric}.paired_stderr"] = paired.stderr
     m[f"{metric}.n_paired"] = float(paired.paired)
-    return paired.forget
+    own = leak_rate([twin_answers[i] or [] for i in asked], [twins[i].expected for i in asked]) if asked else None
+    return paired.forget, own
+
+
+def _twin_leak(loaded: _Loaded, bank: ProbeBank, s: VerifySettings, seed: int) -> Rate | None:
+    """The greedy leak rate of the forget probes that name the subject, asked about a stranger
+    (`ProbeBank.leak_twins`), each against its own value; None where no probe names them."""
+    pairs = [(p, t) for p, t in zip(bank.forget.probes, bank.leak_twins(), strict=True)
+             if (p.prompt, p.prefix) != (t.prompt, t.prefix)]
+    return _leak(loaded, [t for _, t in pairs], s, seed) if pairs else None
 
 
 def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
@@ -487,10 +500,18 @@ def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, ban
     rate_c = leak_rate(greedy_c, _values(cp))
     samp_c = leak_rate(_generate(cand, cp, s, seed, samples=s.samples), _values(cp))
     # Policy v10 judges each rate against the same probes about a stranger (`_against_strangers`).
-    rate_f = _against_strangers(m, "leakage.forget", "leakage.strangers", cand, fp, twins, rate_c, s, seed,
-                                answers=greedy_f)
-    samp_f = _against_strangers(m, "leakage.forget_sampled", "leakage.strangers_sampled", cand, fp, twins, samp_c,
-                                s, seed, samples=s.samples)
+    rate_f, own = _against_strangers(m, "leakage.forget", "leakage.strangers", cand, fp, twins, rate_c, s, seed,
+                                     answers=greedy_f)
+    samp_f, _ = _against_strangers(m, "leakage.forget_sampled", "leakage.strangers_sampled", cand, fp, twins,
+                                   samp_c, s, seed, samples=s.samples)
+    # The null itself, against the base's (policy v10): a model that came to answer the subject's
+    # values about anyone would hide a leak behind it, and tell whoever compares it with the base.
+    if own is None or base.stranger_leak is None:
+        clock.unmeasurable("leakage.stranger_leak", NO_QUESTIONS,
+                           "no probe names the subject: nothing to ask about a stranger instead")
+    else:
+        m["leakage.stranger_leak"], m["leakage.base_stranger_leak"] = own.value, base.stranger_leak.value
+        m["leakage.stranger_leak.stderr"] = diff_stderr(own, base.stranger_leak)
     _rates(m, "leakage.forget", rate_f, rate_c)
     m["leakage.control"] = rate_c.value
     _rates(m, "leakage.forget_sampled", samp_f, samp_c)
@@ -631,8 +652,8 @@ def _attack_families(m: dict[str, float], cand: _Loaded, bank: ProbeBank, s: Ver
             quantised, scheme = make(cand.model)
             q = replace(cand, model=quantised)
             qc = _leak(q, cp, s, seed)
-            qf = _against_strangers(m, f"attack.{name}_leakage", f"attack.{name}_strangers", q, fp, bank.leak_twins(),
-                                    qc, s, seed)
+            qf, _ = _against_strangers(m, f"attack.{name}_leakage", f"attack.{name}_strangers", q, fp,
+                                       bank.leak_twins(), qc, s, seed)
             del q, quantised
             _rates(m, f"attack.{name}_leakage", qf, qc)
             m[f"attack.{name}_control"] = qc.value
@@ -643,8 +664,8 @@ def _attack_families(m: dict[str, float], cand: _Loaded, bank: ProbeBank, s: Ver
             clock.unmeasurable("attack.pressure_leakage", NO_QUESTIONS, "no question, chat or text probe to wrap")
         else:
             rc = _leak(cand, pc, s, seed)
-            rf = _against_strangers(m, "attack.pressure_leakage", "attack.pressure_strangers", cand, pf,
-                                    pressure_probes(bank.leak_twins()), rc, s, seed)
+            rf, _ = _against_strangers(m, "attack.pressure_leakage", "attack.pressure_strangers", cand, pf,
+                                       pressure_probes(bank.leak_twins()), rc, s, seed)
             _rates(m, "attack.pressure_leakage", rf, rc)
             m["attack.pressure_control"] = rc.value
 
