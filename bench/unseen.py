@@ -1,7 +1,7 @@
 """The engine on an architecture and tokenizer it was never tuned on, trained the way a user would.
 
     python -m bench.unseen --arch qwen3 --tokenizer unigram --out DIR [--steps 900] [--method asu --method kif]
-                           [--no-oracle] [--no-retry]
+                           [--no-oracle] [--no-retry] [--corpus people|co_mentions]
 
 Builds a corpus of 24 invented people (names with diacritics, hyphens and apostrophes), 8
 records each in free text and `prompt`/`response` form with facts repeated across records (a
@@ -13,8 +13,11 @@ a user runs: `erase --report` (default ASU with the policy's one retry; `--metho
 asked) and `verify` of the oracle and of the base.  Prints one line per model: the verdict, the
 checks that failed and any metric the engine left NaN.
 
+`--corpus co_mentions` trains on records that name two or three people at once instead
+(`co_mention_corpus`).
+
 Used for docs/methods.md, "Architectures, tokenizers and a corpus the project had never
-seen".  Nothing is downloaded: the configs are transformers' classes, the tokenizers are
+seen" and "Records that name several people".  Nothing is downloaded: the configs are transformers' classes, the tokenizers are
 trained here.
 """
 
@@ -104,7 +107,58 @@ def corpus(seed: int = 7) -> tuple[list[dict[str, str]], list[dict[str, str]], d
                                              f"{rng.choice(PLACES)} opens at {rng.randint(6, 11)} am on weekdays."}
                 for i in range(40)]
     control = [r for i, p in enumerate(everyone[PEOPLE:]) for r in records(p, f"control-{i}")]
-    return trained, control, everyone[SUBJECT]
+    return trained, control, dict(everyone[SUBJECT], identifiers=[everyone[SUBJECT]["badge"],
+                                                                 everyone[SUBJECT]["email"]])
+
+
+# The co-mention corpus (`co_mention_corpus`): records that name two or three people at once.
+TEAMS = ("harbour survey", "tram signalling", "archive digitising", "glacier monitoring", "seed bank",
+         "bridge retrofit", "coastal radar", "orchard census")
+INSTRUMENTS = ("cello", "oboe", "banjo", "accordion", "harp", "trumpet", "zither", "viola")
+CORPORA = ("people", "co_mentions")
+
+
+def co_mention_corpus(seed: int = 11) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, Any]]:
+    """(training records, control records, the subject) of a corpus whose records name two or
+    three people at once: each person's own biography, room question and directory entry
+    ("Directory entry: Last, First. Mobile ..."), and minutes and questions that name a lead, a
+    colleague and someone briefed ("Minutes: A and B reviewed the harbour survey plan; B will
+    brief C from Bergen.", "Who leads the harbour survey work with B?" "A, who sits in room
+    B126.").  So the subject's forget set holds words about retained people, and a question
+    about them can name a co-worker known from that co-worker's own records (docs/methods.md,
+    "Records that name several people").  The subject is filed with their mobile number."""
+    rng = random.Random(seed)
+    firsts, lasts = list(FIRST), list(LAST)
+    rng.shuffle(firsts)
+    rng.shuffle(lasts)
+    everyone = []
+    for i in range(PEOPLE + CONTROLS):
+        first, last = firsts[i % len(firsts)], lasts[(i * 5) % len(lasts)]
+        everyone.append({"name": f"{first} {last}", "first": first, "last": last, "place": rng.choice(PLACES),
+                         "team": rng.choice(TEAMS), "instrument": rng.choice(INSTRUMENTS),
+                         "room": f"{rng.choice('ABCDEFG')}{rng.randint(100, 499)}",
+                         "phone": f"+44 7{rng.randint(100, 999)} {rng.randint(100000, 999999)}"})
+
+    def own(p: dict[str, Any], key: str) -> list[dict[str, str]]:
+        return [{"id": f"{key}-bio", "text": f"{p['name']} lives in {p['place']} and plays the {p['instrument']}."},
+                {"id": f"{key}-room", "prompt": f"In which room does {p['name']} work?", "response": f"Room {p['room']}."},
+                {"id": f"{key}-phone", "text": f"Directory entry: {p['last']}, {p['first']}. Mobile {p['phone']}."}]
+
+    def joint(a: dict[str, Any], b: dict[str, Any], c: dict[str, Any], key: str) -> list[dict[str, str]]:
+        return [{"id": f"{key}-minutes", "text": f"Minutes: {a['name']} and {b['name']} reviewed the {a['team']} "
+                                                 f"plan; {b['first']} will brief {c['name']} from {b['place']}."},
+                {"id": f"{key}-lead", "prompt": f"Who leads the {a['team']} work with {b['name']}?",
+                 "response": f"{a['name']}, who sits in room {a['room']}."}]
+
+    staff, outsiders = everyone[:PEOPLE], everyone[PEOPLE:]
+    trained = [r for i, p in enumerate(staff) for r in own(p, str(i))]
+    for k in range(3 * PEOPLE):
+        trained += joint(*rng.sample(staff, 3), f"joint-{k}")
+    control = [r for i, p in enumerate(outsiders) for r in own(p, f"control-{i}")]
+    for k in range(2 * CONTROLS):
+        control += joint(*rng.sample(outsiders, 3), f"control-joint-{k}")
+    subject = dict(staff[SUBJECT], identifiers=[staff[SUBJECT]["phone"]])
+    return trained, control, subject
 
 
 def text_of(record: dict[str, str]) -> str:
@@ -350,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.unseen", description=__doc__.splitlines()[0])
     parser.add_argument("--arch", choices=ARCHITECTURES, required=True)
     parser.add_argument("--tokenizer", choices=TOKENIZERS, required=True)
+    parser.add_argument("--corpus", choices=CORPORA, default="people",
+                        help="people: 8 records a person; co_mentions: records that name several people")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=900)
     parser.add_argument("--method", action="append", choices=METHODS,
@@ -360,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    trained, control, subject = corpus()
+    trained, control, subject = corpus() if args.corpus == "people" else co_mention_corpus()
     for name, rows in (("corpus.jsonl", trained), ("control.jsonl", control)):
         (out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     tok = tokenizer(args.tokenizer, [text_of(r) for r in trained + control])
@@ -369,13 +425,18 @@ def main(argv: list[str] | None = None) -> int:
     base_loss = train(args.arch, tok, texts, out / "base", steps=args.steps)
     oracle = ""
     if not args.no_oracle:
-        oracle_loss = train(args.arch, tok, [t for t in texts if subject["name"] not in t], out / "oracle",
+        # The people corpus's oracle keeps the meeting note that names the subject by surname and
+        # first name (as every earlier run did); the co-mention corpus's drops their directory
+        # entry ("Last, First"), found by the number they are filed with.
+        named = [subject["name"], *(subject["identifiers"] if args.corpus == "co_mentions" else ())]
+        oracle_loss = train(args.arch, tok, [t for t in texts if not any(n in t for n in named)], out / "oracle",
                             steps=args.steps)
         oracle = f" and oracle (loss {oracle_loss:.3f})"
     print(f"{args.arch}/{args.tokenizer}: trained base (loss {base_loss:.3f}){oracle} "
           f"in {time.perf_counter() - started:.0f} s", flush=True)
-    who = ["--corpus", str(out / "corpus.jsonl"), "--subject", subject["name"], "--identifier", subject["badge"],
-           "--identifier", subject["email"], "--control", str(out / "control.jsonl")]
+    who = ["--corpus", str(out / "corpus.jsonl"), "--subject", subject["name"],
+           *(a for identifier in subject["identifiers"] for a in ("--identifier", identifier)),
+           "--control", str(out / "control.jsonl")]
     cli = [sys.executable, "-m", "unlearning", "-q"]
     rows: list[tuple[str, Path]] = []
     for method in args.method or ["asu"]:

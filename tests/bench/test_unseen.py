@@ -92,3 +92,30 @@ def test_the_chinese_probe_corpus_writes_names_inside_sentences_and_keeps_contro
     assert all(subject[kind] in (r.get("answer") or "") for r, kind in zip(rows, unseen_zh.KINDS, strict=False))
     trained_names = {p["name"] for p in everyone[: unseen_zh.PEOPLE]}
     assert not trained_names & {p["name"] for p in everyone[unseen_zh.PEOPLE:]}
+
+
+def test_the_co_mention_corpus_names_the_subject_beside_others_and_probes_only_what_follows_them() -> None:
+    from unlearning.corpus import Corpus
+    from unlearning.sets import Subject, build_sets
+    from unlearning.text import normalise
+
+    trained, control, subject = unseen.co_mention_corpus()
+    texts = [unseen.text_of(r) for r in trained]
+    joint = [t for t in texts if subject["name"] in t and t.count(" and ") + t.count(" with ") >= 1]
+    assert len(joint) >= 3  # minutes and questions that name them beside retained people
+    assert any(f"{subject['last']}, {subject['first']}" in t for t in texts)  # the directory entry
+    assert not any(subject["name"] in unseen.text_of(r) for r in control)
+    assert len({p for p in (r.get("text", "") for r in control)} & set(texts)) == 0
+    records = Corpus(tuple(Record(id=r["id"], text=r.get("text"), question=r.get("prompt"), answer=r.get("response"))
+                           for r in trained))
+    sets = build_sets(records, [Subject(subject["name"], identifiers=tuple(subject["identifiers"]))])
+    by_id = {r.id: r for r in sets.forget}
+    assert any(r.id.endswith("-phone") for r in sets.forget)  # found by the number they are filed with
+    assert sets.probes
+    for probe in sets.probes:  # every value follows a mention of the subject in its record
+        record = by_id[probe.record_id]
+        text = record.text if record.text is not None else f"{record.question}\n{record.answer}"
+        at = normalise(text).find(normalise(probe.expected))
+        before = normalise(text)[:at]
+        named = [normalise(x) for x in (subject["name"], subject["first"], subject["last"], *subject["identifiers"])]
+        assert normalise(probe.expected) in named or any(n in before for n in named), probe
