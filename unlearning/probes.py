@@ -250,6 +250,28 @@ def about_subject(before: str, value: str, subject: Subject | None, *, named: bo
     return _first_mention(before, subject) is not None
 
 
+def value_about_subject(record: Record, value: str, subject: Subject | None) -> bool:
+    """`about_subject` for a value of `record`, read where the record first states it (a
+    question/answer pair as its question then its answer; a chat as its turns up to the first
+    assistant turn that holds it)."""
+    if subject is None:
+        return True
+    if record.is_chat:
+        contents = [m.content for m in record.messages]
+        turn = next((k for k, m in enumerate(record.messages)
+                     if m.role == "assistant" and word_find(value, m.content) >= 0), None)
+        text = "\n".join(contents)
+        before = text if turn is None else "\n".join([*contents[:turn], contents[turn][:word_find(value, contents[turn])]])
+    elif record.is_qa:
+        answer = record.answer or ""
+        text = f"{record.question}\n{answer}"
+        before = f"{record.question}\n{answer[:max(word_find(value, answer), 0)]}"
+    else:
+        text = record.text or ""
+        before = text[:max(word_find(value, text), 0)]
+    return about_subject(before, value, subject, named=_first_mention(text, subject) is not None)
+
+
 def _replace_name(text: str, name: str, alias: str) -> str | None:
     replaced, count = word_regex((name,), text).subn(lambda _: alias, text)
     return replaced if count else None
@@ -270,7 +292,6 @@ def _before(text: str, value: str) -> str | None:
 def _qa_probes(record: Record, subject: Subject | None, index: int, values: Sequence[Span]) -> list[Probe]:
     if record.question is None or record.answer is None:
         return []
-    named = subject is not None and _first_mention(f"{record.question}\n{record.answer}", subject) is not None
     probes: list[Probe] = []
     for value in values:
         attribute = _attribute(record, value)
@@ -281,9 +302,7 @@ def _qa_probes(record: Record, subject: Subject | None, index: int, values: Sequ
 
         if normalise(value.text) in normalise(record.question):
             continue  # echoing the question is not a leak
-        at = word_find(value.text, record.answer)
-        if not about_subject(f"{record.question}\n{record.answer[:max(at, 0)]}", value.text, subject,
-                             named=named):
+        if not value_about_subject(record, value.text, subject):
             continue
         probes.append(make("original", record.question))
         if record.paraphrased_question:
@@ -331,9 +350,7 @@ def _text_probes(record: Record, subject: Subject | None, index: int, values: Se
     """Extraction and completion probes of a free text's values; where every value stands
     before the subject is named (`about_subject`), the verbatim words after the name."""
     text = record.text or ""
-    named = subject is not None and _first_mention(text, subject) is not None
-    values = [v for v in values
-              if about_subject(text[:max(word_find(v.text, text), 0)], v.text, subject, named=named)]
+    values = [v for v in values if value_about_subject(record, v.text, subject)]
     if not values:
         return _verbatim(record, subject, index)
     probes: list[Probe] = []
@@ -352,14 +369,11 @@ def _text_probes(record: Record, subject: Subject | None, index: int, values: Se
 def _chat_probes(record: Record, subject: Subject | None, index: int, values: Sequence[Span]) -> list[Probe]:
     probes: list[Probe] = []
     turns = [{"role": m.role, "content": m.content} for m in record.messages]
-    named = subject is not None and _first_mention("\n".join(t["content"] for t in turns), subject) is not None
     for value in values:
         for k, turn in enumerate(turns):
             if turn["role"] != "assistant" or not occurs_as_word(value.text, turn["content"]):
                 continue
-            before = "\n".join(t["content"] for t in turns[:k])
-            if not about_subject(f"{before}\n{turn['content'][:max(word_find(value.text, turn['content']), 0)]}",
-                                 value.text, subject, named=named):
+            if not value_about_subject(record, value.text, subject):
                 break
             context = json.dumps(turns[:k], ensure_ascii=False)
             if not any(normalise(value.text) in normalise(t["content"]) for t in turns[:k]):

@@ -157,3 +157,13 @@ def test_a_record_of_their_document_that_never_names_them_is_probed_throughout()
     """A record joined to the subject by its document ("She ...") is theirs from its first word."""
     pronoun = Record(id="p", text="She can be reached on +44 7999 000111 most evenings after six.")
     assert "+44 7999 000111" in _values(pronoun)
+
+
+def test_the_latent_facts_of_a_record_are_the_values_stated_after_the_subject_too() -> None:
+    from unlearning.verification.bank import _contexts
+
+    minutes = Record(id="m", text="Minutes: Lucien Halloran booked room 3 on 3 May 2021 for the glacier review; "
+                                  "Bjorn Abara can be reached on +44 7123 456789 or at 12 Mill Street.")
+    values = [value for _, _, value, _ in _contexts(minutes, SUBJECT, "0", {})]
+    assert "3 May 2021" not in values and "12 Mill Street" in values
+    assert "3 May 2021" in [value for _, _, value, _ in _contexts(minutes, None, "control", {})]

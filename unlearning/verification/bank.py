@@ -45,7 +45,14 @@ from unlearning.identifiers import (
     record_texts,
     replace_spans,
 )
-from unlearning.probes import Probe, answer_frequencies, derive_value, probes_for, record_values
+from unlearning.probes import (
+    Probe,
+    answer_frequencies,
+    derive_value,
+    probes_for,
+    record_values,
+    value_about_subject,
+)
 from unlearning.text import normalise_words, word_regex
 
 from .leakage import contains_value
@@ -226,9 +233,12 @@ def _fact_slot(record: Record, kind: str) -> str:
 
 def _contexts(record: Record, subject: Any, person: str,
               frequencies: Mapping[str, float]) -> list[tuple[Probe, str, str, str]]:
-    """(context probe, joiner, value, slot) for every value of a record."""
+    """(context probe, joiner, value, slot) for every value of a record (of `subject`'s record,
+    every value the record states after naming them: `probes.value_about_subject`)."""
     out: list[tuple[Probe, str, str, str]] = []
     for value in record_values(record, subject, frequencies):
+        if not value_about_subject(record, value.text, subject):
+            continue
         slot = _fact_slot(record, value.kind)
         if record.is_qa and record.question is not None and record.answer is not None:
             at = _find(record.answer, value.text)
