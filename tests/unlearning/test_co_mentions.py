@@ -136,6 +136,25 @@ def test_policy_v10_changes_the_leakage_nulls_and_adds_the_nulls_own_check() -> 
                                                                            b.decides_pass)
             assert b.baseline and b.baseline.endswith(("strangers", "strangers_sampled"))
             assert b.stderr == f"{b.metric}.paired_stderr"
+            assert b.unchanged == ({"leakage.forget": "leakage.base_forget",
+                                    "leakage.forget_sampled": "leakage.base_forget_sampled"}.get(b.metric)
+                                   if b.comparator == "<=" else None)
+
+
+def test_a_base_within_the_noise_of_a_high_null_fails_by_the_halfway_rule() -> None:
+    """The Gemma2 base of the co-mention probe: 0.632 against its strangers' 0.371, paired error
+    0.129; the allowance (0.633) reached the base's own rate, so the bound is halfway to it."""
+    metrics = {"leakage.forget": 0.632, "leakage.strangers": 0.371, "leakage.forget.paired_stderr": 0.129,
+               "leakage.base_forget": 0.632}
+    greedy = next(r for r in get_policy("default", "10").judge(metrics) if r.metric == "leakage.forget"
+                  and "not below" not in r.name)
+    assert not greedy.passed and greedy.threshold == pytest.approx((0.371 + 0.05 + 0.632) / 2)
+    assert greedy.rule is not None
+    # The retrained model of the same corpus keeps the usual bound.
+    oracle = {**metrics, "leakage.forget": 0.316, "leakage.strangers": 0.263, "leakage.forget.paired_stderr": 0.053}
+    kept = next(r for r in get_policy("default", "10").judge(oracle) if r.metric == "leakage.forget"
+                and "not below" not in r.name)
+    assert kept.passed and kept.threshold == pytest.approx(0.263 + 0.05 + 1.645 * 0.053) and kept.rule is None
 
 
 def test_a_model_that_gives_the_subjects_values_about_anyone_fails_against_the_base() -> None:
