@@ -307,7 +307,8 @@ def test_the_per_subject_table_has_a_row_per_erased_person_by_id_and_every_check
         for cell in row.strip("|").split("|")[1:]:
             before, after = (float(x) for x in cell.split("->"))
             assert 0.0 <= before <= 1.0 and 0.0 <= after <= 1.0
-    assert "| surface leakage (greedy) |" in text and "| retained-fact accuracy |" in text
+    assert "| surface leakage (greedy), against the same questions about a stranger |" in text
+    assert "| retained-fact accuracy |" in text
     for person in tiny_assets.people():  # references only: no names in the table
         assert person["name"] not in text
     assert not (tmp_path / "gradascent").exists()  # the candidate is removed
