@@ -134,11 +134,10 @@ def paired_leak(forget: Sequence[Sequence[str]], values: Sequence[str], twins: S
     The standard error is that of the mean paired difference (its variance floored at 1/n, as
     `paired_stderr` floors it), plus the control rate's share of noise."""
     n = len(values)
-    hits = [sum(contains_value(o, v) for o in outs) for outs, v in zip(forget, values, strict=True)]
-    rate = Rate(sum(hits), sum(len(o) for o in forget))
+    rate = leak_rate(forget, values)
     if not n:
         return PairedLeak(rate, control.value, 0.0, 0)
-    shares_f = [h / len(o) if o else 0.0 for h, o in zip(hits, forget, strict=True)]
+    shares_f = [_share(o, v) for o, v in zip(forget, values, strict=True)]
     shares_b = [_share(t, v) if t is not None else control.value for t, v in zip(twins, twin_values, strict=True)]
     diffs = [a - b for a, b in zip(shares_f, shares_b, strict=True)]
     mean = sum(diffs) / n

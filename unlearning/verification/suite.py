@@ -467,7 +467,7 @@ def _against_strangers(m: dict[str, float], metric: str, null: str, loaded: _Loa
     own value; None where no probe names the subject)."""
     if answers is None:
         answers = _generate(loaded, probes, s, seed, samples=samples)
-    asked = [i for i, (p, t) in enumerate(zip(probes, twins, strict=True)) if (p.prompt, p.prefix) != (t.prompt, t.prefix)]
+    asked = _naming(probes, twins)
     twin_answers: list[Sequence[str] | None] = [None] * len(probes)
     for i, outputs in zip(asked, _generate(loaded, [twins[i] for i in asked], s, seed, samples=samples), strict=True):
         twin_answers[i] = outputs
@@ -483,9 +483,14 @@ def _against_strangers(m: dict[str, float], metric: str, null: str, loaded: _Loa
 def _twin_leak(loaded: _Loaded, bank: ProbeBank, s: VerifySettings, seed: int) -> Rate | None:
     """The greedy leak rate of the forget probes that name the subject, asked about a stranger
     (`ProbeBank.leak_twins`), each against its own value; None where no probe names them."""
-    pairs = [(p, t) for p, t in zip(bank.forget.probes, bank.leak_twins(), strict=True)
-             if (p.prompt, p.prefix) != (t.prompt, t.prefix)]
-    return _leak(loaded, [t for _, t in pairs], s, seed) if pairs else None
+    twins = bank.leak_twins()
+    asked = _naming(bank.forget.probes, twins)
+    return _leak(loaded, [twins[i] for i in asked], s, seed) if asked else None
+
+
+def _naming(probes: Sequence[Probe], twins: Sequence[Probe]) -> list[int]:
+    """The indices of the probes that name the subject: their twin about a stranger is another prompt."""
+    return [i for i, (p, t) in enumerate(zip(probes, twins, strict=True)) if (p.prompt, p.prefix) != (t.prompt, t.prefix)]
 
 
 def _leakage_family(m: dict[str, float], cand: _Loaded, base: _BaseEvidence, bank: ProbeBank,
