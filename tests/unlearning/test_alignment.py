@@ -158,3 +158,42 @@ def test_span_median_takes_each_span_whole_from_the_copy_of_median_cost_and_the_
     assert torch.allclose(mixture.exp(), (easy.exp() + hard.exp()) / 2)
     one, _ = _combine([(where, hard, spans)], example, 5, "span-median")  # one copy: its rows
     assert torch.equal(one, hard)
+
+
+def test_the_onset_of_each_later_word_of_a_span_is_marked() -> None:
+    mine = _example(["Where", " was", " Clara", " Naka", "mura", " born", "?", " Clara", " Naka", "mura", "."])
+    theirs = _example(["Where", " was", " Tobias", " Bright", " born", "?", " Tobias", " Bright", "."])
+    alignment = align(mine, theirs, {"Clara Nakamura": "Tobias Bright"})
+    assert alignment is not None
+    assert alignment.later == frozenset({3, 8})  # " Naka" twice; never a first word, nor "mura"
+
+
+class _Pieces:
+    """A tokenizer that decodes token k to the k-th piece."""
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.pieces[i] for i in ids)
+
+
+def test_a_later_words_target_keeps_the_carried_mass_and_takes_the_rest_from_the_models_own_row() -> None:
+    """The subject's token gets what the copy gave the stranger's word; the rest follows the
+    model's own prediction for the subject's record, less the subject's word and any token
+    that starts spelling it (" Na" for " Nakamura"), never the copy's known surname."""
+    from unlearning.methods.targets import _carry_onto_original, _spelling
+
+    vocab = [" Nakamura", " Na", " Okafor", " Dubois", " Bright", " Lee"]
+    tokenizer = _Pieces(vocab)
+    example = _example(["Ask", " Clara", " Nakamura", "."])
+    own = torch.log(torch.tensor([0.90, 0.04, 0.03, 0.001, 0.001, 0.028]))
+    carried = math.log(0.25)
+    row = _carry_onto_original(own, 0, carried, _spelling(tokenizer, example, 2))
+    p = row.exp()
+    assert math.isclose(float(p.sum()), 1.0, rel_tol=1e-5)
+    assert math.isclose(float(p[0]), 0.25, rel_tol=1e-5)
+    assert float(p[1]) == 0.0  # " Na" spells the subject's word
+    rest = torch.tensor([0.03, 0.001, 0.001, 0.028])
+    assert torch.allclose(p[2:], 0.75 * rest / rest.sum(), atol=1e-6)
+    assert int(p[1:].argmax()) + 1 == 2  # " Okafor", the other Clara; " Dubois" stays where the model had it

@@ -793,6 +793,47 @@ def test_span_median_targets_take_each_span_from_one_strangers_copy_and_the_rest
     assert chosen_other > 0  # some span took another stranger's rows than the first's
 
 
+def test_a_later_words_onset_takes_the_models_own_row_for_the_subject_and_nothing_else_changes(
+    tiny_corpus_dir, tiny_base_model_dir,
+):
+    """Where a span's later word begins (the surname after a first name), the target outside
+    the subject's token is the model's own row for the subject's record (renormalised, the
+    subject's word and tokens spelling it left out), not the stranger copy's, which reads what
+    the model knows of people sharing the stranger's first name; every other row is the copy's."""
+    model, tokenizer = load_model(tiny_base_model_dir, device="cpu")
+    data = _forget_data(tiny_corpus_dir, 2)
+    records = list(data.forget)[:8]
+    examples = encode_all(tokenizer, records)
+    subjects = [data.subject_of(r) for r in records]
+    identities = {_who(r, s): [f"t:{_who(r, s)}"] for r, s in zip(records, subjects, strict=True)}
+
+    def targets(later_parts: str):
+        return forget_targets(model, tokenizer, records, examples, subjects,
+                              TeacherSettings(topk=None, later_parts=later_parts), name_pool=data.name_pool,
+                              avoid=data.subjects, identities=identities)
+
+    own_rows = position_logprobs(model, tokenizer, examples)
+    names = FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects))
+    plans = plan_targets(tokenizer, records, examples, subjects, TeacherSettings(), chosen=identities, names=names)
+    checked = 0
+    for example, plan, own, mine_t, copy_t in zip(examples, plans, own_rows, targets("original"), targets("copy"),
+                                                  strict=True):
+        assert mine_t.positions == copy_t.positions
+        later = {i - 1 for a in plan.alignments for i in a.later}
+        for k, t in enumerate(mine_t.positions):
+            ours, theirs = mine_t.dist.values[k], copy_t.dist.values[k]
+            subject_token = int(example.ids[t + 1])
+            if t not in later or torch.allclose(ours, theirs):
+                assert torch.allclose(ours, theirs), t  # elsewhere: the copy's row, unchanged
+                continue
+            assert math.isclose(float(ours[subject_token]), float(theirs[subject_token]), abs_tol=1e-5)
+            kept = torch.isfinite(ours) & (torch.arange(ours.shape[0]) != subject_token)
+            shift = ours[kept] - own[t][kept]
+            assert torch.allclose(shift, shift[0].expand_as(shift), atol=1e-4)  # the model's own row, rescaled
+            checked += 1
+    assert checked > 0
+
+
 def test_a_large_vocabularys_lens_is_read_over_a_few_columns_and_the_subjects_own_tokens(
     tiny_corpus_dir, tiny_base_model_dir, monkeypatch,
 ):

@@ -151,6 +151,10 @@ class ASUHparams(TrainingHparams):
     # probability) or "span-median" (the first copy's rows, each identifying span's from the
     # copy whose cost there is the median; targets._combine).
     combine_copies: str = "mixture"
+    # At the first token of a span's later word (a surname after a first name): the mass the
+    # subject's token does not take follows the model's own prediction for the subject's
+    # record ("original"), or the stranger copy's ("copy", before 2026-12-07); targets.py.
+    later_parts: str = "original"
     cache_teacher: str = "topk"  # "topk", "full" or "none" (online, from a frozen copy)
     # Every this many steps, the counterfactual targets are recomputed from the model being
     # trained (0: never): the subject is then matched to what the model now says about a stranger.
@@ -214,6 +218,8 @@ def _check(hp: ASUHparams) -> None:
         raise ValueError("token_gap must be 'logprob' or 'logodds'")
     if hp.combine_copies not in ("mixture", "span-median"):
         raise ValueError("combine_copies must be 'mixture' or 'span-median'")
+    if hp.later_parts not in ("original", "copy"):
+        raise ValueError("later_parts must be 'original' or 'copy'")
     if hp.teacher_refresh < 0:
         raise ValueError("teacher_refresh must be 0 (never) or a number of steps")
     if hp.lens_refresh < 0:
@@ -259,7 +265,7 @@ class ASU:
                                   tau=hp.tau, topk=topk,
                                   use_counterfactual=hp.target == "counterfactual", seed=hp.seed,
                                   states=hp.latent_weight > 0, span_states=hp.latent_spans,
-                                  combine=hp.combine_copies)
+                                  combine=hp.combine_copies, later_parts=hp.later_parts)
         records = list(data.forget)
         subjects = [data.subject_of(r) for r in records]
         names = FreshNames(pool=list(data.name_pool), avoid=avoid_set(data.subjects))

@@ -57,8 +57,9 @@ import dataclasses
 import logging
 import math
 import re
+import weakref
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -385,6 +386,10 @@ class Alignment:
     # For a span token: the copy's tokens whose log-probabilities it carries, and the share
     # of their sum it carries (less than 1 where several of its word's tokens share one).
     pieces: dict[int, tuple[tuple[int, ...], float]] = field(default_factory=dict)
+    # The span tokens that begin a word after a span's first (a surname after a first name,
+    # an address's part after its first dot): there the copy's context holds the stranger's
+    # earlier word, and what the model knows of people with that word (`later_parts`).
+    later: frozenset[int] = frozenset()
 
 
 def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Alignment | None:
@@ -405,6 +410,7 @@ def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Align
     tokens: dict[int, tuple[int, bool]] = {}
     pieces: dict[int, tuple[tuple[int, ...], float]] = {}
     span_groups: dict[int, list[int]] = {}
+    later: set[int] = set()
     first_span = len(original.ids)
     for i, ((s, e), token) in enumerate(zip(original.offsets, original.ids, strict=True)):
         if e <= s:
@@ -430,9 +436,11 @@ def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Align
             if len(mine_split.words) == len(their_split.words):
                 mine_words, their_words = _joined_words(mine_split, their_split)
                 break
-        for mine, theirs in zip(mine_words, their_words, strict=True):
+        for word, (mine, theirs) in enumerate(zip(mine_words, their_words, strict=True)):
             if not theirs:
                 continue
+            if word and mine:
+                later.add(mine[0])
             n, m = len(mine), len(theirs)
             first = [theirs[k * m // n] for k in range(n)]
             for k, i in enumerate(mine):
@@ -452,7 +460,7 @@ def align(original: Example, copy: Example, mapping: Mapping[str, str]) -> Align
         if 0 <= j < len(copy.ids) and copy.ids[j] == token and copy.offsets[j][1] <= copy.offsets[j][0]:
             tokens[i] = (j, False)
             previous = (i, j)
-    return Alignment(tokens, first_span, pieces)
+    return Alignment(tokens, first_span, pieces, frozenset(later))
 
 
 # How a span is cut into words for the alignment, finest first: letters-and-digits runs with
@@ -524,6 +532,10 @@ class TeacherSettings:
     use_counterfactual: bool = True
     seed: int = 0
     combine: str = "mixture"  # how several copies make one target (`_combine`)
+    # Where a later word of a span begins (`Alignment.later`), what the subject's token does not
+    # take: "original", the model's own prediction there for the subject's record without the
+    # subject's word (`_carry_onto_original`); "copy", the copy's row (the stranger's context).
+    later_parts: str = "original"
 
 
 @dataclass(frozen=True)
@@ -548,7 +560,8 @@ class _CopyLayout:
     number: int  # which of the plan's copies
     where: torch.Tensor  # the prediction positions t of the example this copy covers
     rows: torch.Tensor  # the copy's output row for each of them
-    spans: tuple[tuple[int, int, tuple[tuple[int, ...], float]], ...]  # (row k, token i, pieces) to carry
+    # (row k, token i, pieces, a later word's onset) to carry
+    spans: tuple[tuple[int, int, tuple[tuple[int, ...], float], bool], ...]
     span_positions: frozenset[int]
 
 
@@ -650,6 +663,7 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
                             strict=True))
     all_copies = [copied for plan in plans for copied in plan.copies]
     all_lps, all_states = position_outputs(model, tokenizer, all_copies, states=settings.states)
+    own = _own_rows(model, tokenizer, examples, plans) if settings.later_parts == "original" else {}
     out: list[RecordTarget] = []
     offset = 0
     for index, (example, plan) in enumerate(zip(examples, plans, strict=True)):
@@ -662,8 +676,13 @@ def targets_from_plans(model: nn.Module, tokenizer: Any, examples: Sequence[Exam
         for part in layout.copies:
             copy_lp, copied = copy_lps[part.number], plan.copies[part.number]
             rows = copy_lp[part.rows]
-            for k, i, pieces in part.spans:
-                rows[k] = _carry_pieces(rows[k], int(example.ids[i]), copied, copy_lp, pieces)
+            for k, i, pieces, later in part.spans:
+                mine = int(example.ids[i])
+                carried = _carried(rows[k], mine, copied, copy_lp, pieces)
+                if later and carried is not None and (i - 1) in own.get(index, {}):
+                    rows[k] = _carry_onto_original(own[index][i - 1], mine, carried, _spelling(tokenizer, example, i))
+                else:
+                    rows[k] = _carry_pieces(rows[k], int(example.ids[i]), copied, copy_lp, pieces)
             per_copy.append((part.where, rows, part.span_positions))
         mixed, _ = _combine(per_copy, example, n_positions, settings.combine)
         width = (mixed.shape[1] if mixed is not None else
@@ -697,20 +716,20 @@ def _layout(example: Example, plan: TargetPlan, output_lengths: tuple[int, ...])
     for number, (length, alignment) in enumerate(zip(output_lengths, plan.alignments, strict=True)):
         ts: list[int] = []
         js: list[int] = []
-        spans: list[tuple[int, int, tuple[tuple[int, ...], float]]] = []
+        spans: list[tuple[int, int, tuple[tuple[int, ...], float], bool]] = []
         for i, (j, is_span) in alignment.tokens.items():
             t = i - 1  # the position that predicts token i
             if t < 0 or j < 1 or t >= n_positions or j - 1 >= length:
                 continue
             if is_span:
-                spans.append((len(ts), i, alignment.pieces.get(i, ((j,), 1.0))))
+                spans.append((len(ts), i, alignment.pieces.get(i, ((j,), 1.0)), i in alignment.later))
             ts.append(t)
             js.append(j - 1)
         if not ts:
             continue
         covered.update(ts)
         copies.append(_CopyLayout(number, torch.tensor(ts), torch.tensor(js), tuple(spans),
-                                  frozenset(i - 1 for _, i, _ in spans)))
+                                  frozenset(i - 1 for _, i, _, _ in spans)))
     positions: list[int] = []
     sources: list[str] = []
     cf_slots: list[int] = []
@@ -834,6 +853,84 @@ def _carry_pieces(row: torch.Tensor, mine: int, copy: Example, copy_lp: torch.Te
     row[theirs] = row[mine].clone()
     row[mine] = carried
     return row - torch.logsumexp(row, dim=0)
+
+
+def _carried(row: torch.Tensor, mine: int, copy: Example, copy_lp: torch.Tensor,
+             pieces: tuple[tuple[int, ...], float]) -> float | None:
+    """The log-probability `_carry_pieces` gives the subject's token; None where the copy has
+    the same token there (nothing to carry)."""
+    indices, share = pieces
+    j = indices[0]
+    if int(copy.ids[j]) == mine:
+        return None
+    return share * float(copy_lp[j - 1][int(copy.ids[j])]) if 1 <= j <= copy_lp.shape[0] else float(row[mine])
+
+
+def _own_rows(model: nn.Module, tokenizer: Any, examples: Sequence[Example],
+              plans: Sequence[TargetPlan]) -> dict[int, dict[int, torch.Tensor]]:
+    """Per example with a later word's onset in a span (`Alignment.later`): the model's own
+    next-token log-probabilities at the positions that predict those onsets, {t: (V,)}.
+
+    Kept in the plan per model (an online teacher asks every step; the frozen model's
+    answer does not change)."""
+    out: dict[int, dict[int, torch.Tensor]] = {}
+    needs: list[int] = []
+    for index, plan in enumerate(plans):
+        if not any(a.later for a in plan.alignments):
+            continue
+        found = plan.memo.get("own")
+        if found is not None and found[0]() is model:
+            out[index] = found[1]
+        else:
+            needs.append(index)
+    if needs:
+        for index, lp in zip(needs, position_logprobs(model, tokenizer, [examples[k] for k in needs]), strict=True):
+            wanted = {i - 1 for a in plans[index].alignments for i in a.later if 1 <= i <= lp.shape[0]}
+            rows = {t: lp[t].clone() for t in sorted(wanted)}
+            plans[index].memo["own"] = (weakref.ref(model), rows)
+            out[index] = rows
+    return out
+
+
+_WORD_AT = re.compile(r"\s*([^\W_]+)")
+
+
+def _spelling(tokenizer: Any, example: Example, i: int) -> Callable[[int], bool]:
+    """Whether a token spells the start of the subject's word at token i (" Nak" for
+    "Nakamura"): written there, it goes on to the subject's word."""
+    found = _WORD_AT.match(example.text, example.offsets[i][0])
+    word = found.group(1).casefold() if found else ""
+
+    def spells(token: int) -> bool:
+        piece = tokenizer.decode([token]).strip().casefold()
+        return bool(word and piece) and word.startswith(piece)
+    return spells
+
+
+def _carry_onto_original(own: torch.Tensor, mine: int, carried: float, spells: Callable[[int], bool],
+                         *, look: int = 32) -> torch.Tensor:
+    """The target at a later word's onset: the subject's token takes the carried probability
+    (what the copy gives the stranger's word there, `_carry_pieces`), and the rest of the
+    mass follows the model's own prediction for the subject's record without the subject's
+    word (nor a token that starts spelling it).
+
+    The copy's own row there reads what the model knows of people who share the stranger's
+    earlier word: measured on the demo's service walk (request 2, 2026-12-07), the stranger
+    "Tobias Bright" stood for the subject, the model wrote "Tobias Dubois" (a Tobias it
+    knows) instead of copying "Bright", and the target at the subject's surname put 0.37-0.72
+    on " Dubois": the erased model learnt to write other people's surnames after a first
+    name and answered about strangers with "Clara Okafor ...".  Without the subject's word,
+    the model's own row there is what a model that never saw them reads after the subject's
+    first name: the surnames of the others it knows by that name, and copying."""
+    row = own.clone()
+    row[mine] = -math.inf
+    for token in torch.topk(row, min(look, row.shape[0])).indices.tolist():
+        if spells(int(token)):
+            row[token] = -math.inf
+    value = min(carried, math.log1p(-1e-6))
+    row = torch.log_softmax(row, dim=0) + math.log1p(-math.exp(value))
+    row[mine] = value
+    return row
 
 
 def _who(record: Record, subject: Any | None) -> str:
