@@ -413,10 +413,82 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-oracle", action="store_true",
                         help="train and verify no oracle (a run that asks whether the engine runs at all)")
     parser.add_argument("--no-retry", action="store_true", help="erase without the policy's one retry")
+    parser.add_argument("--reuse", action="store_true",
+                        help="erase the base (and verify the oracle) that an earlier run with the same --arch, "
+                             "--tokenizer and --corpus left in OUT, without training again: two runs of one base "
+                             "compare engine settings (a base is not the same twice)")
+    parser.add_argument("--hparams", type=_hparams, default=None,
+                        help="JSON object of erase hyper-parameters; the candidate and report are named after them")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     trained, control, subject = corpus() if args.corpus == "people" else co_mention_corpus()
+    if args.reuse:
+        missing = trained_missing(out, oracle=not args.no_oracle)
+        if missing:
+            print(f"--reuse: no {missing} in {out} (run once without --reuse)", file=sys.stderr)
+            return 2
+    else:
+        _train_both(args, out, trained, control, subject)
+    who = ["--corpus", str(out / "corpus.jsonl"), "--subject", subject["name"],
+           *(a for identifier in subject["identifiers"] for a in ("--identifier", identifier)),
+           "--control", str(out / "control.jsonl")]
+    cli = [sys.executable, "-m", "unlearning", "-q"]
+    rows: list[tuple[str, Path]] = []
+    suffix = _suffix(args.hparams)
+    for method in args.method or ["asu"]:
+        name = ("asu" if method == "asu" else method) + suffix  # asu keeps the names earlier runs wrote
+        started = time.perf_counter()
+        subprocess.run([*cli, "erase", "--model", str(out / "base"), *who, "--method", method,
+                        "--out", str(out / name), "--report", str(out / f"{name}.json"),
+                        *(["--hparams", json.dumps(args.hparams)] if args.hparams else []),
+                        *(["--no-retry"] if args.no_retry else [])], check=False)
+        print(f"erase ({method}{suffix}){'' if args.no_retry else ' with the retry'}: "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+        first = out / f"{name}.first.json"
+        rows.append((f"{method}{suffix}, at once", first if first.exists() else out / f"{name}.json"))
+        if first.exists():
+            rows.append((f"{method}{suffix}, after the retry", out / f"{name}.json"))
+    for model in ("base",) if args.no_oracle else ("oracle", "base"):
+        subprocess.run([*cli, "verify", "--model", str(out / model), "--base", str(out / "base"), *who,
+                        "--report", str(out / f"{model}.json")], check=False, stdout=subprocess.DEVNULL)
+        rows.append((model, out / f"{model}.json"))
+    for label, report in rows:
+        print(f"  {label}: {_verdict(report)}")
+    return 0
+
+
+def _hparams(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("a JSON object of hyper-parameters, e.g. '{\"seed\": 1}'")
+    return value
+
+
+def trained_missing(out: Path, *, oracle: bool) -> str | None:
+    """What `--reuse` needs and OUT lacks: the corpus files, the base, the oracle (None: all there)."""
+    for name in ("corpus.jsonl", "control.jsonl"):
+        if not (out / name).is_file():
+            return name
+    for model in ("base", *(("oracle",) if oracle else ())):
+        if not (out / model / "config.json").is_file():
+            return f"{model}/"
+    return None
+
+
+def _suffix(hparams: dict[str, Any] | None) -> str:
+    """The name of a candidate erased with these settings: "" for the defaults, else
+    "-key=value" per setting ("-later_parts=copy-seed=1")."""
+    if not hparams:
+        return ""
+    return "".join(f"-{key}={value}" for key, value in sorted(hparams.items())).replace("/", "_")
+
+
+def _train_both(args: argparse.Namespace, out: Path, trained: list[dict[str, Any]], control: list[dict[str, Any]],
+                subject: dict[str, Any]) -> None:
     for name, rows in (("corpus.jsonl", trained), ("control.jsonl", control)):
         (out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     tok = tokenizer(args.tokenizer, [text_of(r) for r in trained + control])
@@ -434,30 +506,6 @@ def main(argv: list[str] | None = None) -> int:
         oracle = f" and oracle (loss {oracle_loss:.3f})"
     print(f"{args.arch}/{args.tokenizer}: trained base (loss {base_loss:.3f}){oracle} "
           f"in {time.perf_counter() - started:.0f} s", flush=True)
-    who = ["--corpus", str(out / "corpus.jsonl"), "--subject", subject["name"],
-           *(a for identifier in subject["identifiers"] for a in ("--identifier", identifier)),
-           "--control", str(out / "control.jsonl")]
-    cli = [sys.executable, "-m", "unlearning", "-q"]
-    rows: list[tuple[str, Path]] = []
-    for method in args.method or ["asu"]:
-        name = "asu" if method == "asu" else method  # asu keeps the names earlier runs wrote
-        started = time.perf_counter()
-        subprocess.run([*cli, "erase", "--model", str(out / "base"), *who, "--method", method,
-                        "--out", str(out / name), "--report", str(out / f"{name}.json"),
-                        *(["--no-retry"] if args.no_retry else [])], check=False)
-        print(f"erase ({method}){'' if args.no_retry else ' with the retry'}: "
-              f"{time.perf_counter() - started:.0f} s", flush=True)
-        first = out / f"{name}.first.json"
-        rows.append((f"{method}, at once", first if first.exists() else out / f"{name}.json"))
-        if first.exists():
-            rows.append((f"{method}, after the retry", out / f"{name}.json"))
-    for model in ("base",) if args.no_oracle else ("oracle", "base"):
-        subprocess.run([*cli, "verify", "--model", str(out / model), "--base", str(out / "base"), *who,
-                        "--report", str(out / f"{model}.json")], check=False, stdout=subprocess.DEVNULL)
-        rows.append((model, out / f"{model}.json"))
-    for label, report in rows:
-        print(f"  {label}: {_verdict(report)}")
-    return 0
 
 
 if __name__ == "__main__":

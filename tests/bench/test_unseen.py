@@ -119,3 +119,23 @@ def test_the_co_mention_corpus_names_the_subject_beside_others_and_probes_only_w
         before = normalise(text)[:at]
         named = [normalise(x) for x in (subject["name"], subject["first"], subject["last"], *subject["identifiers"])]
         assert normalise(probe.expected) in named or any(n in before for n in named), probe
+
+
+def test_reuse_asks_for_the_base_an_earlier_run_left_and_names_candidates_after_their_settings(tmp_path, capsys) -> None:
+    """`--reuse` erases a base trained before (one base, two engine settings); without one it
+    stops with exit 2 and says what is missing, training nothing."""
+    from bench.unseen import _suffix, main, trained_missing
+
+    assert main(["--arch", "qwen3", "--tokenizer", "unigram", "--out", str(tmp_path), "--reuse"]) == 2
+    assert "no corpus.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "base").exists()
+    for name in ("corpus.jsonl", "control.jsonl"):
+        (tmp_path / name).write_text("{}\n", encoding="utf-8")
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.json").write_text("{}", encoding="utf-8")
+    assert trained_missing(tmp_path, oracle=True) == "oracle/"
+    assert trained_missing(tmp_path, oracle=False) is None
+    assert _suffix(None) == "" and _suffix({"seed": 1, "later_parts": "copy"}) == "-later_parts=copy-seed=1"
+    with pytest.raises(SystemExit) as stopped:
+        main(["--arch", "qwen3", "--tokenizer", "unigram", "--out", str(tmp_path), "--reuse", "--hparams", "[1]"])
+    assert stopped.value.code == 2
