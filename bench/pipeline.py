@@ -123,7 +123,8 @@ def service_walk(settings: BenchSettings, assets: Assets, *, work: Path, console
     """`settings.continual_requests` demo people filed one after another as separate
     immediate requests through the real embedded pipeline (`workers.embedded demo
     --requests N`): per request, certified or not, seconds from submission to the end of
-    its job, and the serving model's retained accuracy (the verifier's, vs its parent)."""
+    its job, the verifier's retained ratio vs its parent, and the serving model's accuracy
+    on the walk's one fixed sample of retained questions, over v1's on it (`workers.walk`)."""
     var = work / "walk-var"
     env = _embedded_env(settings, assets, var, drop=("VERIFICATION_POLICY_FILE",))
     rows_file = work / "walk.json"
@@ -147,7 +148,7 @@ def service_walk(settings: BenchSettings, assets: Assets, *, work: Path, console
     rows = json.loads(rows_file.read_text(encoding="utf-8"))
     from workers.demo import render_walk
 
-    render_walk(rows)  # fills in the ratio since v1 along the lineage
+    render_walk(rows)  # fills in each row's ratio since v1 (its fixed-sample accuracy over v1's)
     shutil.rmtree(var, ignore_errors=True)
     return {"requests": count, "rows": rows, "certified": sum(bool(r["certified"]) for r in rows),
             "process_wall_s": round(wall, 1), "exit": done.returncode}

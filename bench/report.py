@@ -269,18 +269,43 @@ def _walk(walk: Any) -> list[str]:
     missing = _missing_family("service walk", walk)
     if missing is not None:
         return out + missing
+    rows = walk["rows"]
     out += [f"{walk['requests']} demo people filed one after another as separate immediate requests through the",
-            "real embedded pipeline (`python -m workers.embedded demo --requests N`: SQLite, the embedded broker, a",
-            "real worker process and beat), each job starting from the model the previous one promoted.  `retained",
-            "vs parent` is the verifier's ratio on that job's retained sample; `since v1` multiplies them along the",
-            f"lineage.  **Certified {walk['certified']} of {walk['requests']}** (goal: all).", ""]
-    rows = [[str(n), "yes" if r["certified"] else "**no**", fmt(r["seconds"], 1),
-             f"v{r['checkpoint_version']}" if r.get("checkpoint_version") else "-",
-             fmt(r.get("retained_accuracy")), fmt(r.get("retained_ratio_vs_parent")),
-             fmt(r.get("retained_ratio_since_v1")), ", ".join(r.get("failed") or []) or "-"]
-            for n, r in enumerate(walk["rows"], 1)]
-    return out + _table(["request", "certified", "seconds to end of job", "serving", "retained accuracy",
-                         "vs parent", "since v1", "failed checks"], rows)
+            "real embedded pipeline (`python -m workers.embedded demo --requests N`: SQLite, the embedded broker, a"]
+    first = rows[0] if rows else {}
+    if "retained_accuracy_fixed" not in first:  # a walk measured before the fixed sample (a carried figure)
+        out += ["real worker process and beat), each job starting from the model the previous one promoted.  `retained",
+                "vs parent` is the verifier's ratio on that job's retained sample; `since v1` multiplies them along the",
+                f"lineage.  **Certified {walk['certified']} of {walk['requests']}** (goal: all).", ""]
+        table = [[str(n), "yes" if r["certified"] else "**no**", fmt(r["seconds"], 1),
+                  f"v{r['checkpoint_version']}" if r.get("checkpoint_version") else "-",
+                  fmt(r.get("retained_accuracy")), fmt(r.get("retained_ratio_vs_parent")),
+                  fmt(r.get("retained_ratio_since_v1")), ", ".join(r.get("failed") or []) or "-"]
+                 for n, r in enumerate(rows, 1)]
+        return out + _table(["request", "certified", "seconds to end of job", "serving", "retained accuracy",
+                             "vs parent", "since v1", "failed checks"], table)
+    questions = first.get("retained_questions")
+    v1 = first.get("retained_accuracy_fixed_v1")
+    label = f"v{first.get('start_version') or 1}"
+    out += ["real worker process and beat), each job starting from the model the previous one promoted.",
+            "`vs parent` is the job's verifier: its candidate over its parent on that job's own retained sample.",
+            "`retained` is the accuracy of the model serving after the request (the promoted checkpoint, or the",
+            f"unchanged one after a rejection) on one fixed sample of {questions} retained questions about people",
+            "the walk does not file, drawn once with a fixed seed, asked greedily and scored as the verifier scores its",
+            f"retained accuracy; `since {label}` is that over {label}'s on the same questions, scored before the first",
+            f"request: a ratio of two readings of one sample, not a product of per-job ratios.  **Certified "
+            f"{walk['certified']} of {walk['requests']}** (goal: all).", ""]
+    if v1 is None:
+        out += [f"The fixed sample was not scored: {first.get('retained_fixed_error') or 'no reason recorded'}.", ""]
+    table = [["before", "-", "-", label, "-", fmt(v1), fmt(1.0 if v1 else None), "-"]]
+    table += [[str(n), "yes" if r["certified"] else "**no**", fmt(r["seconds"], 1),
+               f"v{r.get('serving_version') or r.get('checkpoint_version')}"
+               if r.get("serving_version") or r.get("checkpoint_version") else "-",
+               fmt(r.get("retained_ratio_vs_parent")), fmt(r.get("retained_accuracy_fixed")),
+               fmt(r.get("retained_ratio_since_v1")), ", ".join(r.get("failed") or []) or "-"]
+              for n, r in enumerate(rows, 1)]
+    return out + _table(["request", "certified", "seconds to end of job", "serving", "vs parent",
+                         f"retained (fixed {questions} questions)", f"since {label}", "failed checks"], table)
 
 
 def _cost(cost: Any) -> list[str]:

@@ -92,6 +92,19 @@ def _pick_subject(session: Any, skip: frozenset[str] = frozenset()) -> dict[str,
     raise RuntimeError("every demo person has already been erased")
 
 
+def walk_people(count: int) -> list[dict[str, Any]]:
+    """The demo people a walk of `count` requests files, in order: `submit_and_approve`'s
+    picks, each person skipped after their turn (fewer where the demo people run out)."""
+    people: list[dict[str, Any]] = []
+    with session_scope(engine()) as session:
+        for _ in range(count):
+            try:
+                people.append(_pick_subject(session, frozenset(p["person_id"] for p in people)))
+            except RuntimeError:
+                break
+    return people
+
+
 def submit_and_approve(*, priority: str = "immediate", filed: set[str] | None = None) -> str:
     """File and approve a request for a fresh demo person (four eyes: two actors); the
     person's demo id is added to `filed`, and no one in it is filed again."""
@@ -207,24 +220,40 @@ def run_demo(*, config: Config, timeout_s: float, filed: set[str] | None = None,
 def render_walk(rows: list[dict[str, Any]]) -> str:
     """The table of a walk of requests filed one after another (`demo --requests N`).
 
-    Each job's verifier scores its candidate and the checkpoint it was made from on the
-    same retained records; "since v1" multiplies those ratios along the lineage, so it
-    compares like with like at every step (each job draws its own retained sample)."""
-    lines = ["", "walk: one request after another, each immediate, on the serving model",
-             f"  {'#':>2}  {'request':<14} {'certified':<9} {'seconds':>8} {'version':>7} "
-             f"{'retained':>8} {'vs parent':>9} {'since v1':>8}  failed checks"]
-    cumulative: float | None = 1.0
+    `vs parent` is each job's verifier: its candidate over the checkpoint it was made from,
+    on that job's own sample of retained questions.  `retained` is the accuracy of the
+    model serving after the request (the promoted checkpoint, or the unchanged one when the
+    request was not certified) on one fixed sample of retained questions about people the
+    walk does not file (`workers.walk`), the same questions for every row; row 0 is the
+    model serving before the first request ("v1").  `since v1` is a row's `retained` over
+    v1's, each row's its own ratio of two readings of one sample, not a product of the
+    per-job ratios (which compounds their sampling noise).  Sets `retained_ratio_since_v1`
+    in each row.  The verifier's own retained accuracy stays in the rows (the JSON)."""
+    start = next((r for r in rows if r.get("retained_accuracy_fixed_v1") is not None), None)
+    v1 = None if start is None else float(start["retained_accuracy_fixed_v1"])
+    label = f"v{start.get('start_version') or 1}" if start is not None else "v1"
+    questions = next((r["retained_questions"] for r in rows if r.get("retained_questions")), None)
+    lines = ["", "walk: one request after another, each immediate, on the serving model"]
+    if v1 is not None:
+        lines.append(f"retained: one fixed sample of {questions} retained questions (people this walk does not "
+                     f"file), asked greedily of {label} before the first request and of the model serving after "
+                     f"each; since {label} = retained / {label}'s; vs parent = the job's verifier, on its own sample")
+    else:
+        errors = sorted({r["retained_fixed_error"] for r in rows if r.get("retained_fixed_error")})
+        lines.append("retained: the fixed sample was not scored" + (f" ({'; '.join(errors)})" if errors else ""))
+    lines.append(f"  {'#':>2}  {'request':<14} {'certified':<9} {'seconds':>8} {'serving':>7} "
+                 f"{'vs parent':>9} {'retained':>8} {'since ' + label:>8}  failed checks")
+    if v1 is not None:
+        lines.append(f"  {0:>2}  {'(before)':<14} {'-':<9} {'-':>8} {label:>7} {'-':>9} {_fmt(v1):>8} "
+                     f"{_fmt(1.0):>8}  -")
     for number, row in enumerate(rows, 1):
-        retained, ratio = row["retained_accuracy"], row["retained_ratio_vs_parent"]
-        if row["certified"] and cumulative is not None and ratio is not None:
-            cumulative *= ratio
-        elif row["certified"]:
-            cumulative = None
-        row["retained_ratio_since_v1"] = cumulative if row["certified"] else None
-        version = f"v{row['checkpoint_version']}" if row["checkpoint_version"] else "-"
+        fixed = row.get("retained_accuracy_fixed")
+        row["retained_ratio_since_v1"] = fixed / v1 if fixed is not None and v1 else None
+        serving = row.get("serving_version") or row["checkpoint_version"]
+        version = f"v{serving}" if serving else "-"
         lines.append(
             f"  {number:>2}  {row['reference'] or '-':<14} {'yes' if row['certified'] else 'NO':<9} "
-            f"{row['seconds']:>8.1f} {version:>7} {_fmt(retained):>8} {_fmt(ratio):>9} "
+            f"{row['seconds']:>8.1f} {version:>7} {_fmt(row['retained_ratio_vs_parent']):>9} {_fmt(fixed):>8} "
             f"{_fmt(row['retained_ratio_since_v1']):>8}  {', '.join(row['failed']) or '-'}")
     certified = sum(r["certified"] for r in rows)
     lines.append(f"certified {certified} of {len(rows)}")

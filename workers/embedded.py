@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from workers.processes import (
     PYTHON,
@@ -29,11 +30,15 @@ from workers.processes import (
     worker_command,
 )
 
+if TYPE_CHECKING:
+    from workers.walk import Reading, ServingMeter
+
 log = logging.getLogger(__name__)
 
 
-class _Stop(Exception):
-    pass
+class _Stop(BaseException):
+    """SIGTERM.  Not an Exception, as KeyboardInterrupt is not: the demo's and the walk's
+    `except Exception` (a failure reported, the walk going on) must not swallow a stop."""
 
 
 def _raise_stop(signum: int, _frame: FrameType | None) -> None:
@@ -104,7 +109,16 @@ def command_demo(args: argparse.Namespace) -> int:
     logs = config.var_dir / "logs"
     group = ProcessGroup(env=os.environ)
     _stop_on_signals()
+    meter: ServingMeter | None = None
+    before: Reading | None = None
+    readings: list[Reading] = []
     try:
+        if args.requests > 1:  # a walk: the serving model on its fixed sample, before the first request
+            from workers import walk
+
+            meter, before = walk.start(args.requests)
+            sys.stdout.write(_reading_line("before the first request", before, meter))
+            sys.stdout.flush()
         group.start("worker", worker_command(), log_file=logs / "demo-worker.log")
         group.start("beat", beat_command(schedule_file=config.var_dir / "celerybeat-schedule"),
                     log_file=logs / "demo-beat.log")
@@ -116,6 +130,10 @@ def command_demo(args: argparse.Namespace) -> int:
             outcomes.append(run_demo(config=config, timeout_s=args.timeout, watch=group.first_exited,
                                      filed=filed))
             sys.stdout.write(outcomes[-1].render())
+            if meter is not None:  # the job has ended: nothing else holds the CPU or GPU now
+                readings.append(meter.read_or_say_why())
+                sys.stdout.write(_reading_line("serving now", readings[-1], meter))
+                sys.stdout.flush()
             if group.first_exited() is not None:
                 break
     except (KeyboardInterrupt, _Stop):
@@ -128,12 +146,28 @@ def command_demo(args: argparse.Namespace) -> int:
     finally:
         group.stop()
     if args.requests > 1:
-        rows = [o.walk_row() for o in outcomes]
+        from workers import walk
+
+        sample = meter.sample if meter is not None else None
+        rows = [o.walk_row() | walk.row_fields(readings[n] if n < len(readings) else None, before, sample)
+                for n, o in enumerate(outcomes)]
         sys.stdout.write(render_walk(rows))
+        if sample is not None and (stray := filed - sample.people):
+            sys.stdout.write(f"warning: the fixed sample left out the people this walk was to file, but it "
+                             f"filed {len(stray)} others (erased meanwhile?): it may hold their questions\n")
         if args.walk_json:
             Path(args.walk_json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     sys.stdout.write(f"wall time {time.monotonic() - started:.1f} s (worker log: {logs / 'demo-worker.log'})\n")
     return 0 if len(outcomes) == args.requests and all(o.ok for o in outcomes) else 1
+
+
+def _reading_line(when: str, reading: Reading, meter: ServingMeter | None) -> str:
+    """One line of the walk's log: a model's accuracy on the walk's fixed sample."""
+    if meter is None or reading.accuracy is None:
+        return f"retained (fixed sample), {when}: not scored ({reading.error})\n"
+    how = "unchanged, not scored again" if reading.cached else f"scored in {reading.seconds:.1f} s"
+    return (f"retained (fixed sample of {meter.sample.size} questions), {when}: v{reading.version} "
+            f"{reading.accuracy:.3f} ({how})\n")
 
 
 def _positive(text: str) -> int:

@@ -465,3 +465,22 @@ def test_the_oracle_seeds_override_needs_the_bases_own_recipe(capsys) -> None:
         main(["run", "--full", "--only", "quality", "--oracle-seeds", "0"])
     assert stopped.value.code == 2
     assert "--oracle-seeds" in capsys.readouterr().err
+
+
+def test_the_walk_table_gives_each_models_fixed_sample_accuracy_and_its_ratio_to_v1s() -> None:
+    from bench.report import _walk
+
+    rows = [{"reference": "ER-2026-00001", "certified": True, "seconds": 61.6, "checkpoint_version": 2,
+             "serving_version": 2, "retained_accuracy": 0.92, "retained_ratio_vs_parent": 0.995,
+             "retained_accuracy_fixed": 0.88, "retained_accuracy_fixed_v1": 0.9, "start_version": 1,
+             "retained_questions": 200, "retained_ratio_since_v1": 0.88 / 0.9, "failed": []}]
+    text = "\n".join(_walk({"requests": 1, "certified": 1, "rows": rows}))
+    assert "one fixed sample of 200 retained questions" in text and "not a product" in text
+    assert "| request | certified | seconds to end of job | serving | vs parent | retained (fixed 200 questions) " \
+           "| since v1 | failed checks |" in text
+    assert "| before | - | - | v1 | - | 0.900 | 1.000 | - |" in text
+    assert "| 1 | yes | 61.6 | v2 | 0.995 | 0.880 | 0.978 | - |" in text
+    # A walk measured before the fixed sample (a carried figure) keeps its own wording and columns.
+    old = [{k: v for k, v in rows[0].items() if not k.startswith(("retained_accuracy_fixed", "retained_q"))}]
+    text = "\n".join(_walk({"requests": 1, "certified": 1, "rows": old}))
+    assert "`since v1` multiplies them along the" in text and "| 1 | yes | 61.6 | v2 | 0.920 | 0.995 | 0.978 | - |" in text
