@@ -479,3 +479,194 @@ def test_request_file_on_sqlite_files_through_a_session(sqlite_database_url: str
             assert audit_verify(session).ok
     finally:
         engine.dispose()
+
+
+def _file_in_threads(engine: object, names: list[tuple[str, dict[str, object]]], monkeypatch: pytest.MonkeyPatch,
+                     model_name: str = "first") -> tuple[list[object], list[int]]:
+    """File ``names`` from a thread each while the first filing's group is held in the
+    database until all the others are queued behind it: they then go as one group.  The
+    outcomes (a Filing or the exception raised) in ``names``' order, and each group's size."""
+    import threading
+    import time
+
+    from deletion.domain.services import requests as requests_module
+
+    sizes: list[int] = []
+    real = requests_module._file_pg_group
+    in_hand = threading.Event()
+
+    def held(driver: object, group: list[object], **kwargs: object) -> None:
+        if not in_hand.is_set():  # the first group: wait until every other filing is queued
+            in_hand.set()
+            for _ in range(1000):
+                if sum(len(q) for q in requests_module._QUEUES.values()) >= len(names) - 1:
+                    break
+                time.sleep(0.01)
+        sizes.append(len(group))
+        real(driver, group, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(requests_module, "_file_pg_group", held)
+    outcomes: list[object] = [None] * len(names)
+
+    def file(i: int) -> None:
+        name, extra = names[i]
+        values: dict[str, object] = {"actor": SUBMITTER, "actor_id": 7, "ground": "17(1)(b)",
+                                     "received_at": datetime(2026, 11, 2, tzinfo=UTC), "model_name": model_name,
+                                     "now": datetime(2026, 11, 3, tzinfo=UTC)}
+        values.update(extra)
+        try:
+            outcomes[i] = requests_module.request_file(engine, name=name, **values)  # type: ignore[arg-type]
+        except Exception as error:  # noqa: BLE001 - the outcome under test
+            outcomes[i] = error
+
+    first = threading.Thread(target=file, args=(0,))
+    first.start()
+    assert in_hand.wait(timeout=60)  # the first filing's group is in hand
+    others = [threading.Thread(target=file, args=(i,)) for i in range(1, len(names))]
+    for thread in others:
+        thread.start()
+    for thread in [first, *others]:
+        thread.join(timeout=60)
+    assert not requests_module._QUEUES and not requests_module._SENDING
+    return outcomes, sizes
+
+
+def test_filings_sent_while_one_is_in_the_database_go_together_each_its_own(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Filings a process's threads send while another's is in the database are filed in one
+    transaction (one WAL flush for them all): each with its own number, rows, answer, log
+    line and chained event, the group's events consecutive; a filing matches an earlier one
+    of its own group as it matches a stored one, and says so in its event."""
+    from deletion.domain.services.requests import Filing
+
+    url = fresh_database_url("erasure_filing_group")
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            session.add(Model(name="first", description=""))
+        names: list[tuple[str, dict[str, object]]] = [
+            ("Ada First", {}), ("Mara Okafor", {"emails": ["mara@example.org"]}), ("Ben Third", {}),
+            ("Someone Else", {"emails": ["MARA@example.org "]}), ("mara okafor", {})]
+        with caplog.at_level(logging.INFO, logger="deletion.domain.audit"):
+            outcomes, sizes = _file_in_threads(engine, names, monkeypatch)
+        assert sizes == [1, 4], sizes
+        assert all(isinstance(o, Filing) for o in outcomes), outcomes
+        filed: list[Filing] = outcomes  # type: ignore[assignment]
+        assert filed[0].request.reference == "ER-2026-00001"
+        references = sorted(f.request.reference for f in filed)
+        assert references == [f"ER-2026-0000{n}" for n in range(1, 6)]
+        by_name = {name: f for (name, _), f in zip(names, filed, strict=True)}
+        # Mara's name is refiled in other spelling, and her e-mail address under another name:
+        # whichever order the group took them in, each names those filed before it (by number).
+        shared = {frozenset(("Mara Okafor", "mara okafor")), frozenset(("Mara Okafor", "Someone Else"))}
+        for name, f in by_name.items():
+            expected = sorted(g.request.reference for other, g in by_name.items()
+                              if frozenset((name, other)) in shared and g.request.reference < f.request.reference)
+            assert list(f.earlier) == expected, (name, f.earlier, expected)
+        messages = [r.getMessage() for r in caplog.records if r.name == "deletion.domain.audit"]
+        assert [m.rsplit("seq=", 1)[1] for m in messages] == ["1", "2", "3", "4", "5"]
+        with session_scope(engine) as session:
+            columns = [c.key for c in ErasureRequest.__table__.columns]
+            for f in filed:
+                stored = session.execute(select(ErasureRequest).where(
+                    ErasureRequest.reference == f.request.reference)).scalar_one()
+                assert {k: getattr(stored, k) for k in columns} == {k: getattr(f.request, k) for k in columns}
+                event = session.execute(select(AuditEvent).where(
+                    AuditEvent.object_ref == f.request.reference)).scalar_one()
+                assert all(e in event.details for e in f.earlier), (event.details, f.earlier)
+                assert f"seq={event.seq}" in messages[event.seq - 1] and f.request.reference in messages[event.seq - 1]
+            for name, _ in names:
+                identifiers = subject_identifiers(session, by_name[name].request.reference)
+                assert identifiers.name == " ".join(name.split())
+            assert session.execute(select(ReferenceCounter.last)).scalar_one() == 5
+            verdict = audit_verify(session)
+            assert verdict.ok and verdict.checked == 5
+    finally:
+        engine.dispose()
+        drop_database(url)
+
+
+def test_a_group_the_database_refuses_is_filed_again_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One filing the database refuses (an actor too long for its column) aborts its group's
+    transaction: the others are filed again alone and succeed, and the refused one gets its
+    own error, as it would have alone; the counter and the chain have no gap.  A group for a
+    model that does not exist: each filing its ValidationError, nothing written."""
+    from sqlalchemy.exc import DataError
+
+    from deletion.domain.services.requests import Filing
+
+    url = fresh_database_url("erasure_filing_group_refused")
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            session.add(Model(name="first", description=""))
+        names: list[tuple[str, dict[str, object]]] = [
+            ("Ada First", {}), ("Ben Second", {}), ("Cy Third", {"actor": "x" * 200}), ("Di Fourth", {})]
+        outcomes, sizes = _file_in_threads(engine, names, monkeypatch)
+        assert sizes[:2] == [1, 3] and sorted(sizes[2:]) == [1, 1, 1], sizes
+        assert isinstance(outcomes[2], DataError), outcomes[2]
+        filed = [o for i, o in enumerate(outcomes) if i != 2]
+        assert all(isinstance(o, Filing) for o in filed), outcomes
+        assert sorted(f.request.reference for f in filed) == [  # type: ignore[attr-defined]
+            "ER-2026-00001", "ER-2026-00002", "ER-2026-00003"]
+        refused, sizes = _file_in_threads(engine, [(f"Nobody {i}", {}) for i in range(3)], monkeypatch,
+                                          model_name="no-such-model")
+        assert sizes == [1, 2]
+        assert all(isinstance(o, ValidationError) and o.field == "model_name" for o in refused), refused
+        assert len({id(o) for o in refused}) == 3
+        with session_scope(engine) as session:
+            assert session.execute(select(func.count()).select_from(ErasureRequest)).scalar_one() == 3
+            assert session.execute(select(ReferenceCounter.last)).scalar_one() == 3
+            verdict = audit_verify(session)
+            assert verdict.ok and verdict.checked == 3
+    finally:
+        engine.dispose()
+        drop_database(url)
+
+
+def test_a_group_whose_commit_may_have_been_taken_is_not_filed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group that failed after its COMMIT was sent (the connection lost, say) may have been
+    committed: filing it again could file its subjects twice, so each filing gets the error,
+    an exception object of its own, as one filing alone would; a group that failed before
+    (or that the server refused) is filed again one by one."""
+    from sqlalchemy.exc import OperationalError
+
+    from deletion.domain.services import requests as requests_module
+
+    calls: list[list[object]] = []
+    lost = OperationalError("COMMIT", None, Exception("server closed the connection unexpectedly"))
+
+    class Pooled:
+        driver_connection = type("Driver", (), {"info": type("Info", (), {"transaction_status": None})()})()
+
+        def close(self) -> None:
+            pass
+
+    class Engine:
+        def raw_connection(self) -> Pooled:
+            return Pooled()
+
+    def failing(driver: object, group: list[object], **kwargs: object) -> None:
+        calls.append(group)
+        raise requests_module._GroupFailed(rolled_back=rolled_back, error=lost)
+
+    monkeypatch.setattr(requests_module, "_file_pg_group", failing)
+    now = datetime(2026, 11, 3, tzinfo=UTC)
+
+    def pending(name: str) -> requests_module._Pending:
+        return requests_module._pending(actor=SUBMITTER, actor_id=7, identifiers=requests_module.SubjectIdentifiers(
+            name=name), ground="17(1)(b)", received_at=now, model_name="first", priority="batch", now=now)
+
+    rolled_back = False
+    group = [pending("Ada"), pending("Ben"), pending("Cy")]
+    requests_module._file_on_pooled(Engine(), group)  # type: ignore[arg-type]
+    assert [p.alone for p in group] == [False] * 3
+    assert all(isinstance(p.error, OperationalError) and str(p.error) == str(lost) for p in group)
+    assert group[0].error is lost and len({id(p.error) for p in group}) == 3
+    rolled_back = True
+    group = [pending("Ada"), pending("Ben")]
+    requests_module._file_on_pooled(Engine(), group)  # type: ignore[arg-type]
+    assert [(p.alone, p.error) for p in group] == [(True, None)] * 2
+    alone = [pending("Ada")]
+    requests_module._file_on_pooled(Engine(), alone)  # type: ignore[arg-type]
+    assert (alone[0].alone, alone[0].error) == (False, lost)
