@@ -220,3 +220,24 @@ def test_the_token_look_up_reads_binary_results_as_the_orm_reads_them(make_user:
     with connection.prepared_cursor() as cursor:  # type: ignore[attr-defined]
         cursor.execute("SELECT now()", [])
         assert cursor.cursor.pgresult.fformat(0) == 1  # binary
+
+
+def test_the_token_look_up_reuses_its_connections_prepared_cursor(make_user: Any) -> None:
+    """One prepared cursor per connection, kept open from one look-up to the next (a new
+    cursor looked its result loaders up again for every column on every API call): each
+    look-up still finds its own token, and a new connection gets a cursor of its own."""
+    from deletion.web.models import api_token_find
+
+    tokens = [api_token_create(user=make_user(OFFICER), name=f"reuse-{i}") for i in range(2)]
+    seen = []
+    for token, plaintext in (*tokens, *tokens):
+        found = api_token_find(plaintext)
+        assert found is not None and found.pk == token.pk and found.user.pk == token.user_id
+        with connection.prepared_cursor() as cursor:  # type: ignore[attr-defined]
+            seen.append(cursor.cursor)
+    assert all(c is seen[0] for c in seen) and not seen[0].closed
+    assert api_token_find("ert_never-issued") is None
+    connection.close()
+    assert api_token_find(tokens[0][1]) is not None
+    with connection.prepared_cursor() as cursor:  # type: ignore[attr-defined]
+        assert cursor.cursor is not seen[0]

@@ -48,6 +48,16 @@ class PreparedCursor(base.ServerBindingCursor):
                                binary=True if binary is None else binary)
 
 
+class ReusedPreparedCursor(PreparedCursor):
+    """The prepared cursor a connection hands out again and again (``prepared_cursor``):
+    ``close()`` leaves it open for the next call.  A new psycopg cursor looked its result
+    loaders up afresh for every column of the token look-up's 22 on every API call; this one
+    keeps them from one call to the next (the same columns, the same types)."""
+
+    def close(self) -> None:
+        pass
+
+
 class DatabaseOperations(base.DatabaseOperations):
     def last_executed_query(self, cursor: Any, sql: str, params: Any) -> str | None:
         # What Django's debug log shows for a prepared cursor's statement: the text with its
@@ -66,12 +76,17 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._last_used = -math.inf
+        self._prepared: tuple[Any, ReusedPreparedCursor] | None = None  # (psycopg connection, its cursor)
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         connection = super().get_new_connection(conn_params)
         if connection.prepare_threshold is None:
             connection.prepare_threshold = EXPLICIT_ONLY
         return connection
+
+    def _close(self) -> None:
+        self._prepared = None  # the cursor goes with its connection
+        super()._close()
 
     def close_if_health_check_failed(self) -> None:
         # Called before every query; Django clears health_check_done when a request starts.
@@ -88,9 +103,14 @@ class DatabaseWrapper(base.DatabaseWrapper):
         self.close_if_health_check_failed()
         self.ensure_connection()
         with self.wrap_database_errors:
-            cursor = PreparedCursor(self.connection)
-            # As create_cursor does: the connection's time zone on the cursor where they differ.
-            tzloader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, base.Format.TEXT)
-            if self.timezone != tzloader.timezone:
-                base.register_tzloader(self.timezone, cursor)
-            return self._prepare_cursor(cursor)
+            # One cursor per connection, made again only for a new connection (a cursor is
+            # the connection's, and a Django connection is one thread's).
+            held = self._prepared
+            if held is None or held[0] is not self.connection or held[1].closed:
+                cursor = ReusedPreparedCursor(self.connection)
+                # As create_cursor does: the connection's time zone on the cursor where they differ.
+                tzloader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, base.Format.TEXT)
+                if self.timezone != tzloader.timezone:
+                    base.register_tzloader(self.timezone, cursor)
+                held = self._prepared = (self.connection, cursor)
+            return self._prepare_cursor(held[1])
