@@ -186,7 +186,7 @@ def concat(dists: Sequence[Dist]) -> Dist:
 def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor, *,
                  next_ids: torch.Tensor | None = None, token_weight: float = 0.0,
                  token_gap: str = "logprob", floor_weight: float = 0.0,
-                 own: torch.Tensor | None = None) -> torch.Tensor:
+                 own: torch.Tensor | None = None, odds_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Forward KL(target || student) at the masked positions, mean per sequence then per batch.
 
     ``student_logits`` is (B, T, V); the rows of ``target`` follow the masked
@@ -206,7 +206,9 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor,
     is likely, the gap of the mass left to every other token.  A calibrated attack
     (Min-K%++) reads a confident token by that mass (its z is about the square root of
     it), and the log-probability barely sees it: 0.99 against 0.9985 is 0.009 nats of
-    log-probability, 1.9 of log-odds (`log_odds`).
+    log-probability, 1.9 of log-odds (`log_odds`).  ``token_gap="logodds-spans"`` takes the
+    log-odds gap only at the rows ``odds_rows`` (N,) marks, in the target's row order (the tokens
+    inside identifying spans, which the span attack reads), and the log-probability's elsewhere.
 
     With ``floor_weight`` > 0 (and ``next_ids``; the retain anchor as target), adds
     ``floor_weight`` times the fine-tuning loss of the actual tokens charged only below the
@@ -231,8 +233,13 @@ def kl_to_target(target: Dist, student_logits: torch.Tensor, mask: torch.Tensor,
             theirs, gap_mine = target.actual, mine
             if token_gap == "logodds":
                 gap_mine, theirs = log_odds(mine), log_odds(theirs)
+            elif token_gap == "logodds-spans":
+                if odds_rows is None:
+                    raise ValueError("token gap 'logodds-spans' needs odds_rows (the rows inside identifying spans)")
+                gap_mine = torch.where(odds_rows, log_odds(mine), mine)
+                theirs = torch.where(odds_rows, log_odds(theirs), theirs)
             elif token_gap != "logprob":
-                raise ValueError(f"unknown token gap {token_gap!r}: logprob or logodds")
+                raise ValueError(f"unknown token gap {token_gap!r}: logprob, logodds or logodds-spans")
             per_token = per_token + token_weight * (gap_mine - theirs).square()
     full = torch.zeros(mask.shape, dtype=per_token.dtype, device=per_token.device)
     full[mask] = per_token
